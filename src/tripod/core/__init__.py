@@ -1,0 +1,1 @@
+"""Typed records, configuration helpers, seeding and paths shared by every pillar."""
