@@ -1,0 +1,114 @@
+"""Typed records that flow between the pillars: `Turn`, `Trajectory`, `EpisodeJob`.
+
+Tokens live only in `Turn` (written by the rollout engine); everything the environment said
+is kept as text next to them so a trajectory can be inspected without a tokenizer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+
+class TurnStatus(StrEnum):
+    """How one agent turn went."""
+
+    OK = "ok"
+    INVALID = "invalid"
+    """The action was empty or not understood by the env (it still got an observation)."""
+    TRUNCATED = "truncated"
+    """The model hit the per-action token cap without its end-of-turn token; the paper
+    treats this turn as invalid and ends the episode."""
+    ENV_ERROR = "env_error"
+    """The environment crashed or hung on this action; the episode is excluded from loss."""
+
+
+class EpisodeEnd(StrEnum):
+    """Why an episode stopped."""
+
+    WON = "won"
+    LOST = "lost"
+    MAX_TURNS = "max_turns"
+    TRUNCATED_ACTION = "truncated_action"
+    ENV_TRUNCATED = "env_truncated"
+    ENV_ERROR = "env_error"
+
+
+@dataclass
+class Turn:
+    """One agent turn: the exact tokens the model saw and sampled, and what the env did."""
+
+    prompt_ids: list[int]
+    """The whole context the model was conditioned on for this turn."""
+    action_ids: list[int]
+    """The sampled token ids, including the end-of-turn token when it was emitted."""
+    logprobs: list[float]
+    """Sampling log-probabilities of `action_ids` (tempered distribution, fp32)."""
+    action_text: str
+    """The action string sent to the env (parsed from the decoded sample)."""
+    observation: str
+    """The env's observation after this action."""
+    reward: float
+    """The env's raw reward for this turn (the score gained); shaping happens later."""
+    status: TurnStatus
+    score: float = 0.0
+    progress: float = 0.0
+    expert_action: str | None = None
+    """The expert's action in the state this turn was taken from (for analysis)."""
+
+
+@dataclass
+class Trajectory:
+    """One episode: its game, its turns and how it ended."""
+
+    env_id: str
+    split: str
+    game_index: int
+    group_id: int
+    episode_id: int
+    sample_seed: int
+    objective: str
+    first_observation: str
+    turns: list[Turn] = field(default_factory=list)
+    won: bool = False
+    lost: bool = False
+    max_score: float = 1.0
+    end: EpisodeEnd = EpisodeEnd.MAX_TURNS
+    error: str | None = None
+
+    @property
+    def num_turns(self) -> int:
+        return len(self.turns)
+
+    @property
+    def failed(self) -> bool:
+        """An env error makes an episode unusable for training (excluded, counted)."""
+        return self.end is EpisodeEnd.ENV_ERROR
+
+    @property
+    def total_reward(self) -> float:
+        return sum(t.reward for t in self.turns)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> Trajectory:
+        data = dict(data)
+        data["turns"] = [Turn(**{**t, "status": TurnStatus(t["status"])}) for t in data["turns"]]
+        data["end"] = EpisodeEnd(data["end"])
+        return cls(**data)
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """What the rollout engine should play: game `game_index` of `split`, sampled with
+    `sample_seed`. Episodes of one group share the game and differ only in the seed."""
+
+    env_id: str
+    split: str
+    game_index: int
+    group_id: int
+    episode_id: int
+    sample_seed: int

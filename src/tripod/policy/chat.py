@@ -1,0 +1,105 @@
+"""Prompt formatting with the model's own chat template, and action parsing.
+
+The published prompt (PAPER.md): the first user message gives the role, asks the model to
+end its output with an action starting with a verb, states the objective, then
+"current state: {obs}" and "your action:". Each later user message is the new observation
+followed by "your action:". The history window keeps the first message and the last k
+(action, observation) pairs; `None` keeps every turn.
+
+Token-exactness: when the whole history is kept, each new turn's prompt is the previous
+prompt + the sampled action ids + a *delta* (template glue + the observation). The delta is
+the text the chat template puts between the end-of-turn token of an assistant message and the
+next generation prompt, found by rendering the template twice (see `turn_delta_text`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from transformers import PreTrainedTokenizerBase
+
+DEFAULT_INSTRUCTION = (
+    "You are an expert game solver playing a text game. Think briefly if you need to, "
+    "then end your output with an action starting with a verb, e.g. open box."
+)
+
+
+@dataclass
+class PromptConfig:
+    """How the chat shown to the model is built."""
+
+    instruction: str = DEFAULT_INSTRUCTION
+    """The role and answer format, placed before the objective in the first user message."""
+    system_prompt: str | None = None
+    """A system message; None keeps the chat template's default (if it has one)."""
+    history_window: int | None = None
+    """Keep only the last k (action, observation) pairs; None keeps all turns (and lets the
+    rollout engine reuse its KV cache across turns)."""
+
+
+def first_user_message(cfg: PromptConfig, objective: str, observation: str) -> str:
+    return (
+        f"{cfg.instruction}\n\nObjective: {objective.strip()}\n\n"
+        f"current state: {observation.strip()}\nyour action:"
+    )
+
+
+def later_user_message(observation: str) -> str:
+    return f"current state: {observation.strip()}\nyour action:"
+
+
+def build_messages(cfg: PromptConfig, objective: str, first_obs: str,
+                   history: list[tuple[str, str]]) -> list[dict[str, str]]:
+    """The chat for the next turn: history is [(action, observation_after_it), ...]."""
+    msgs: list[dict[str, str]] = []
+    if cfg.system_prompt is not None:
+        msgs.append({"role": "system", "content": cfg.system_prompt})
+    msgs.append({"role": "user", "content": first_user_message(cfg, objective, first_obs)})
+    kept = history if cfg.history_window is None else history[len(history) - cfg.history_window:]
+    if cfg.history_window == 0:
+        kept = []
+    for action, obs in kept:
+        msgs.append({"role": "assistant", "content": action})
+        msgs.append({"role": "user", "content": later_user_message(obs)})
+    return msgs
+
+
+def render_prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
+    """Token ids of the chat with the generation prompt appended."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def turn_delta_text(tokenizer: PreTrainedTokenizerBase, cfg: PromptConfig, objective: str,
+                    first_obs: str, observation: str, eos_text: str) -> str:
+    """Template text between an assistant's end-of-turn token and the next generation prompt.
+
+    Rendered with a placeholder action: P2 = render(chat + [assistant "X", user obs]) must
+    start with P1 + "X" + eos_text where P1 = render(chat) with the generation prompt.
+    """
+    base = build_messages(cfg, objective, first_obs, [])
+    p1 = tokenizer.apply_chat_template(base, tokenize=False, add_generation_prompt=True)
+    nxt = base + [{"role": "assistant", "content": "X"},
+                  {"role": "user", "content": later_user_message(observation)}]
+    p2 = tokenizer.apply_chat_template(nxt, tokenize=False, add_generation_prompt=True)
+    head = p1 + "X" + eos_text
+    if not p2.startswith(head):
+        raise ValueError(
+            "the chat template does not append turns as a plain suffix; use a finite "
+            "history window (prompt.history_window) for this model"
+        )
+    return p2[len(head):]
+
+
+_PREFIX = re.compile(r"^(?:action|command|your action|>)\s*[:>]?\s*", re.IGNORECASE)
+
+
+def parse_action(text: str) -> str:
+    """The action in a model's reply: its last non-empty line, minus 'Action:' style prefixes,
+    quotes and trailing punctuation. Returns '' when the reply has no text."""
+    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    action = _PREFIX.sub("", lines[-1]).strip()
+    return action.strip("`'\"").rstrip(".!").strip()

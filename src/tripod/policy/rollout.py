@@ -1,0 +1,253 @@
+"""The multi-turn rollout engine: the only place that tokenizes.
+
+It plays many episodes at once. Up to `batch_size` episodes are active; each turn, every
+active episode is extended with the tokens it has not seen (its first prompt, or the last
+action's final token plus the template delta and observation), actions are sampled for all of
+them in one batched decode, and the environments are stepped in parallel threads with a
+per-step time-out. Finished episodes leave the batch and queued ones take their place, so the
+batch mixes episodes at different turns.
+
+Token-in-token-out: each `Turn` records the exact context ids and the sampled ids with their
+logprobs; training uses these ids, never a re-tokenization of decoded text.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
+from tripod.envs import Env, Step, make
+from tripod.policy.chat import (
+    PromptConfig,
+    build_messages,
+    parse_action,
+    render_prompt_ids,
+    turn_delta_text,
+)
+from tripod.policy.models import Policy
+from tripod.policy.sampler import RowState, SamplingParams, decode, extend
+
+
+@dataclass
+class RolloutConfig:
+    """How episodes are played."""
+
+    max_turns: int = 12
+    """Turn cap per episode (12 for w2-o3-q4, 24 for larger games in the paper)."""
+    batch_size: int = 16
+    """Episodes played at once (the decode batch)."""
+    env_timeout_s: float = 30.0
+    """An env step slower than this is an env error (the episode is excluded, counted)."""
+    truncated_action: Literal["end", "step"] = "end"
+    """A reply without the end-of-turn token: `end` marks the turn truncated and ends the
+    episode (the paper's rule); `step` still sends the parsed text to the env (for tests
+    with models that have not learnt to stop)."""
+    prompt: PromptConfig = field(default_factory=PromptConfig)
+
+
+@dataclass
+class RolloutStats:
+    episodes: int = 0
+    env_steps: int = 0
+    generated_tokens: int = 0
+    env_errors: int = 0
+    seconds: float = 0.0
+
+    @property
+    def episodes_per_s(self) -> float:
+        return self.episodes / max(self.seconds, 1e-9)
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.env_steps / max(self.seconds, 1e-9)
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.generated_tokens / max(self.seconds, 1e-9)
+
+
+@dataclass
+class _Episode:
+    job: EpisodeJob
+    env: Env
+    traj: Trajectory
+    generator: torch.Generator
+    context: list[int]
+    row: RowState = field(default_factory=RowState)
+    history: list[tuple[str, str]] = field(default_factory=list)
+    expert: str | None = None
+    """The expert's action in the current state (recorded on the next turn)."""
+    done: bool = False
+
+
+def default_env_factory(job: EpisodeJob) -> Env:
+    return make(job.env_id, split=job.split)
+
+
+class RolloutEngine:
+    """Plays `EpisodeJob`s with a policy and returns token-exact `Trajectory`s."""
+
+    def __init__(self, policy: Policy, cfg: RolloutConfig,
+                 env_factory: Callable[[EpisodeJob], Env] = default_env_factory) -> None:
+        self.policy = policy
+        self.cfg = cfg
+        self.env_factory = env_factory
+        self._eos_text = policy.tokenizer.decode([policy.eos_token_ids[0]])
+
+    def collect(self, jobs: list[EpisodeJob], sampling: SamplingParams) -> tuple[list[Trajectory], RolloutStats]:
+        """Play every job; trajectories come back in job order."""
+        stats = RolloutStats()
+        start = time.perf_counter()
+        queue: deque[EpisodeJob] = deque(jobs)
+        active: list[_Episode] = []
+        finished: dict[int, Trajectory] = {}
+        was_training = self.policy.model.training
+        self.policy.model.eval()
+        # Threads step the envs in parallel; a hung env's thread is abandoned, not joined.
+        pool = ThreadPoolExecutor(max_workers=max(1, self.cfg.batch_size))
+        try:
+            while queue or active:
+                while queue and len(active) < self.cfg.batch_size:
+                    ep = self._start(queue.popleft(), pool)
+                    if ep.done:
+                        finished[ep.job.episode_id] = ep.traj
+                    else:
+                        active.append(ep)
+                if not active:
+                    continue
+                self._turn(active, sampling, pool, stats)
+                for ep in [e for e in active if e.done]:
+                    finished[ep.job.episode_id] = ep.traj
+                    self._close(ep)
+                active = [e for e in active if not e.done]
+        finally:
+            pool.shutdown(wait=False, cancel_futures=True)
+            self.policy.model.train(was_training)
+        stats.episodes = len(finished)
+        stats.env_errors = sum(t.failed for t in finished.values())
+        stats.seconds = time.perf_counter() - start
+        return [finished[j.episode_id] for j in jobs], stats
+
+    # -- episode life cycle -------------------------------------------------------------
+    def _start(self, job: EpisodeJob, pool: ThreadPoolExecutor) -> _Episode:
+        traj = Trajectory(job.env_id, job.split, job.game_index, job.group_id, job.episode_id,
+                          job.sample_seed, objective="", first_observation="")
+        gen = torch.Generator().manual_seed(job.sample_seed)
+        try:
+            env = self.env_factory(job)
+            obs, info = pool.submit(env.reset, job.game_index).result(self.cfg.env_timeout_s)
+        except Exception as exc:  # a broken env must not take the run down: mark and count
+            traj.end, traj.error = EpisodeEnd.ENV_ERROR, f"reset failed: {_describe(exc)}"
+            return _Episode(job, None, traj, gen, [], done=True)  # type: ignore[arg-type]
+        traj.objective, traj.first_observation, traj.max_score = info.objective, obs, info.max_score
+        ids = render_prompt_ids(self.policy.tokenizer, self._messages(traj, []))
+        return _Episode(job, env, traj, gen, ids, expert=info.expert_action)
+
+    def _messages(self, traj: Trajectory, history: list[tuple[str, str]]) -> list[dict[str, str]]:
+        return build_messages(self.cfg.prompt, traj.objective, traj.first_observation, history)
+
+    def _close(self, ep: _Episode) -> None:
+        try:
+            if ep.env is not None:
+                ep.env.close()
+        except Exception:  # closing is best effort; the trajectory is already safe
+            pass
+
+    # -- one turn for every active episode -------------------------------------------------
+    def _turn(self, active: list[_Episode], sampling: SamplingParams,
+              pool: ThreadPoolExecutor, stats: RolloutStats) -> None:
+        model = self.policy.model
+        for ep in active:
+            extend(model, ep.row, ep.context[ep.row.length:])
+        samples = decode(model, [ep.row for ep in active], sampling,
+                         [ep.generator for ep in active], self.policy.eos_token_ids,
+                         self.policy.pad_token_id)
+        stats.generated_tokens += sum(len(s.ids) for s in samples)
+        texts = [self.policy.tokenizer.decode(s.ids, skip_special_tokens=True) for s in samples]
+        actions = [parse_action(t) for t in texts]
+        futures = {i: pool.submit(ep.env.step, actions[i])
+                   for i, (ep, s) in enumerate(zip(active, samples))
+                   if s.ended or self.cfg.truncated_action == "step"}
+        for i, (ep, sample) in enumerate(zip(active, samples)):
+            prompt_ids = list(ep.context)
+            ep.context.extend(sample.ids)
+            if i not in futures:  # no end-of-turn token: the turn is invalid, episode ends
+                self._record(ep, prompt_ids, sample, actions[i], None, TurnStatus.TRUNCATED)
+                ep.traj.end, ep.done = EpisodeEnd.TRUNCATED_ACTION, True
+                continue
+            stats.env_steps += 1
+            try:
+                step = futures[i].result(timeout=self.cfg.env_timeout_s)
+            except Exception as exc:
+                self._record(ep, prompt_ids, sample, actions[i], None, TurnStatus.ENV_ERROR)
+                ep.traj.end, ep.traj.error, ep.done = EpisodeEnd.ENV_ERROR, _describe(exc), True
+                continue
+            status = TurnStatus.INVALID if step.info.invalid_action else TurnStatus.OK
+            if not sample.ended:
+                status = TurnStatus.TRUNCATED
+            self._record(ep, prompt_ids, sample, actions[i], step, status)
+            self._after_step(ep, step, actions[i])
+
+    def _record(self, ep: _Episode, prompt_ids: list[int], sample, action: str,
+                step: Step | None, status: TurnStatus) -> None:
+        ep.traj.turns.append(Turn(
+            prompt_ids=prompt_ids, action_ids=list(sample.ids), logprobs=list(sample.logprobs),
+            action_text=action, observation=step.observation if step else "",
+            reward=float(step.reward) if step else 0.0, status=status,
+            score=step.info.score if step else 0.0,
+            progress=step.info.progress if step else 0.0,
+            expert_action=ep.expert,
+        ))
+
+    def _after_step(self, ep: _Episode, step: Step, action: str) -> None:
+        info, traj = step.info, ep.traj
+        ep.expert = info.expert_action
+        traj.won, traj.lost = info.won, info.lost
+        if step.terminated or info.won or info.lost:
+            traj.end = EpisodeEnd.WON if info.won else EpisodeEnd.LOST
+        elif step.truncated:
+            traj.end = EpisodeEnd.ENV_TRUNCATED
+        elif traj.num_turns >= self.cfg.max_turns:
+            traj.end = EpisodeEnd.MAX_TURNS
+        else:
+            ep.history.append((action, step.observation))
+            self._next_context(ep, step.observation)
+            return
+        ep.done = True
+
+    def _next_context(self, ep: _Episode, observation: str) -> None:
+        """Grow the context by the template delta, or rebuild it for a finite window."""
+        tok = self.policy.tokenizer
+        if self.cfg.prompt.history_window is None:
+            delta = turn_delta_text(tok, self.cfg.prompt, ep.traj.objective,
+                                    ep.traj.first_observation, observation, self._eos_text)
+            ep.context.extend(tok(delta, add_special_tokens=False)["input_ids"])
+        else:  # the prompt changes at its start: no cache reuse possible
+            ep.context = render_prompt_ids(tok, self._messages(ep.traj, ep.history))
+            ep.row = RowState()
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, FutureTimeout):
+        return "env step timed out"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def make_jobs(env_id: str, split: str, games: list[int], group_size: int,
+              seed: int) -> list[EpisodeJob]:
+    """`group_size` episodes for each game; episode seeds are distinct per (seed, episode)."""
+    jobs = []
+    for g, game in enumerate(games):
+        for k in range(group_size):
+            eid = g * group_size + k
+            jobs.append(EpisodeJob(env_id, split, game, group_id=g, episode_id=eid,
+                                   sample_seed=seed * 1_000_003 + eid))
+    return jobs
