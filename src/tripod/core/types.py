@@ -56,6 +56,8 @@ class Turn:
     progress: float = 0.0
     expert_action: str | None = None
     """The expert's action in the state this turn was taken from (for analysis)."""
+    trainable: bool = True
+    """False for turns excluded from imitation (injected random actions in SFT data)."""
 
 
 @dataclass

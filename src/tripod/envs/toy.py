@@ -3,8 +3,10 @@
 The agent must answer N turns; on turn k the answer is correct when its first letter is the
 k-th target letter (targets are fixed: a, b, c, ...). Each correct turn scores 1 point, the
 episode always lasts N turns, and it is won when every turn was correct. A random policy wins
-rarely (about (1/20)^N with SmolLM2's vocabulary), yet the task is learnable in a few RL
-iterations by a randomly initialised tiny model, which is exactly what the learning tests need.
+rarely. `vocabulary` limits the admissible words (the first k of apple, banana, cherry, ...):
+a model first taught to answer with a uniformly random admissible word (the `random` scripted
+actor) wins (1/k)^N of its episodes and must then learn the right sequence by RL, which is
+what the learning tests check.
 """
 
 from __future__ import annotations
@@ -15,16 +17,16 @@ import string
 from tripod.envs.base import Step, StepInfo, clean_action
 from tripod.envs.registry import register
 
-_WORDS = {c: w for c, w in zip(string.ascii_lowercase, (
-    "apple banana cherry dates eggs figs grapes honey ice jam kiwi lemon mango nuts olive "
-    "pear quince rice salt tea udon vanilla water xigua yam zucchini").split())}
+_WORDS = {c: w for c, w in zip(string.ascii_lowercase, ["apple", "banana", "cherry", "dates", "eggs", "figs", "grapes", "honey", "ice", "jam", "kiwi", "lemon", "mango", "nuts", "olive", "pear", "quince", "rice", "salt", "tea", "udon", "vanilla", "water", "xigua", "yam", "zucchini"])}
 
 
 class LettersEnv:
     """N turns; turn k is correct when the answer starts with letter k of the alphabet."""
 
-    def __init__(self, env_id: str, split: str = "train", turns: int = 2) -> None:
+    def __init__(self, env_id: str, split: str = "train", turns: int = 2,
+                 vocabulary: int = 26) -> None:
         self.env_id, self.split, self.turns = env_id, split, turns
+        self.words = list(_WORDS.values())[:max(vocabulary, turns)]
         self.targets = string.ascii_lowercase[:turns]
         self._turn = 0
         self._score = 0
@@ -41,7 +43,7 @@ class LettersEnv:
             lost=done and self._score < self.turns, score=float(self._score),
             max_score=float(self.turns), progress=self._score / self.turns,
             expert_action=None if done else _WORDS[self.targets[self._turn]],
-            admissible_actions=None if done else list(_WORDS.values()),
+            admissible_actions=None if done else list(self.words),
             invalid_action=invalid, game_id=f"{self.env_id}:{self.split}",
         )
 

@@ -27,7 +27,6 @@ from transformers import (  # noqa: E402
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
-
 from transformers.utils import logging as hf_logging  # noqa: E402
 
 from tripod.core.paths import cache_dir  # noqa: E402
@@ -161,7 +160,9 @@ def _load_local(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTra
     if (path / "adapter_config.json").exists():
         from peft import AutoPeftModelForCausalLM
 
-        model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        # Trainable so that a LoRA checkpoint can be resumed; harmless for inference.
+        model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=dtype,
+                                                         is_trainable=True)
         tokenizer = AutoTokenizer.from_pretrained(str(path))
         return model, tokenizer
     if not (path / "config.json").exists():

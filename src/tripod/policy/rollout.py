@@ -33,7 +33,10 @@ from tripod.policy.chat import (
     turn_delta_text,
 )
 from tripod.policy.models import Policy
-from tripod.policy.sampler import RowState, SamplingParams, decode, extend
+from tripod.policy.sampler import RowState, Sample, SamplingParams, decode, extend
+
+Actor = Callable[[str | None, list[str] | None, torch.Generator], tuple[str, bool]]
+"""A scripted policy: (expert_action, admissible_actions, rng) -> (action text, trainable)."""
 
 
 @dataclass
@@ -51,6 +54,8 @@ class RolloutConfig:
     episode (the paper's rule); `step` still sends the parsed text to the env (for tests
     with models that have not learnt to stop)."""
     prompt: PromptConfig = field(default_factory=PromptConfig)
+    env_options: dict = field(default_factory=dict)
+    """Overrides passed to `tripod.envs.make` for every episode."""
 
 
 @dataclass
@@ -85,25 +90,29 @@ class _Episode:
     history: list[tuple[str, str]] = field(default_factory=list)
     expert: str | None = None
     """The expert's action in the current state (recorded on the next turn)."""
+    admissible: list[str] | None = None
     done: bool = False
-
-
-def default_env_factory(job: EpisodeJob) -> Env:
-    return make(job.env_id, split=job.split)
 
 
 class RolloutEngine:
     """Plays `EpisodeJob`s with a policy and returns token-exact `Trajectory`s."""
 
     def __init__(self, policy: Policy, cfg: RolloutConfig,
-                 env_factory: Callable[[EpisodeJob], Env] = default_env_factory) -> None:
+                 env_factory: Callable[[EpisodeJob], Env] | None = None) -> None:
         self.policy = policy
         self.cfg = cfg
-        self.env_factory = env_factory
+        self.env_factory = env_factory or (
+            lambda job: make(job.env_id, split=job.split, **cfg.env_options))
         self._eos_text = policy.tokenizer.decode([policy.eos_token_ids[0]])
 
-    def collect(self, jobs: list[EpisodeJob], sampling: SamplingParams) -> tuple[list[Trajectory], RolloutStats]:
-        """Play every job; trajectories come back in job order."""
+    def collect(self, jobs: list[EpisodeJob], sampling: SamplingParams,
+                actor: Actor | None = None) -> tuple[list[Trajectory], RolloutStats]:
+        """Play every job; trajectories come back in job order.
+
+        With an `actor` (a scripted policy, e.g. the expert for SFT data) the model is not
+        run: the actor's text is tokenized as the reply, so demonstrations get exactly the
+        prompt formatting that RL rollouts get.
+        """
         stats = RolloutStats()
         start = time.perf_counter()
         queue: deque[EpisodeJob] = deque(jobs)
@@ -123,7 +132,7 @@ class RolloutEngine:
                         active.append(ep)
                 if not active:
                     continue
-                self._turn(active, sampling, pool, stats)
+                self._turn(active, sampling, pool, stats, actor)
                 for ep in [e for e in active if e.done]:
                     finished[ep.job.episode_id] = ep.traj
                     self._close(ep)
@@ -149,7 +158,8 @@ class RolloutEngine:
             return _Episode(job, None, traj, gen, [], done=True)  # type: ignore[arg-type]
         traj.objective, traj.first_observation, traj.max_score = info.objective, obs, info.max_score
         ids = render_prompt_ids(self.policy.tokenizer, self._messages(traj, []))
-        return _Episode(job, env, traj, gen, ids, expert=info.expert_action)
+        return _Episode(job, env, traj, gen, ids, expert=info.expert_action,
+                        admissible=info.admissible_actions)
 
     def _messages(self, traj: Trajectory, history: list[tuple[str, str]]) -> list[dict[str, str]]:
         return build_messages(self.cfg.prompt, traj.objective, traj.first_observation, history)
@@ -162,14 +172,26 @@ class RolloutEngine:
             pass
 
     # -- one turn for every active episode -------------------------------------------------
-    def _turn(self, active: list[_Episode], sampling: SamplingParams,
-              pool: ThreadPoolExecutor, stats: RolloutStats) -> None:
+    def _sample(self, active: list[_Episode], sampling: SamplingParams) -> list[Sample]:
         model = self.policy.model
         for ep in active:
             extend(model, ep.row, ep.context[ep.row.length:])
-        samples = decode(model, [ep.row for ep in active], sampling,
-                         [ep.generator for ep in active], self.policy.eos_token_ids,
-                         self.policy.pad_token_id)
+        return decode(model, [ep.row for ep in active], sampling,
+                      [ep.generator for ep in active], self.policy.eos_token_ids,
+                      self.policy.pad_token_id)
+
+    def _scripted(self, active: list[_Episode], actor: Actor) -> list[Sample]:
+        tok, eos = self.policy.tokenizer, self.policy.eos_token_ids[0]
+        samples = []
+        for ep in active:
+            text, trainable = actor(ep.expert, ep.admissible, ep.generator)
+            ids = tok(text, add_special_tokens=False)["input_ids"] + [eos]
+            samples.append(Sample(ids, [0.0] * len(ids), ended=True, trainable=trainable))
+        return samples
+
+    def _turn(self, active: list[_Episode], sampling: SamplingParams,
+              pool: ThreadPoolExecutor, stats: RolloutStats, actor: Actor | None) -> None:
+        samples = self._scripted(active, actor) if actor else self._sample(active, sampling)
         stats.generated_tokens += sum(len(s.ids) for s in samples)
         texts = [self.policy.tokenizer.decode(s.ids, skip_special_tokens=True) for s in samples]
         actions = [parse_action(t) for t in texts]
@@ -204,12 +226,12 @@ class RolloutEngine:
             reward=float(step.reward) if step else 0.0, status=status,
             score=step.info.score if step else 0.0,
             progress=step.info.progress if step else 0.0,
-            expert_action=ep.expert,
+            expert_action=ep.expert, trainable=sample.trainable,
         ))
 
     def _after_step(self, ep: _Episode, step: Step, action: str) -> None:
         info, traj = step.info, ep.traj
-        ep.expert = info.expert_action
+        ep.expert, ep.admissible = info.expert_action, info.admissible_actions
         traj.won, traj.lost = info.won, info.lost
         if step.terminated or info.won or info.lost:
             traj.end = EpisodeEnd.WON if info.won else EpisodeEnd.LOST
@@ -233,6 +255,33 @@ class RolloutEngine:
         else:  # the prompt changes at its start: no cache reuse possible
             ep.context = render_prompt_ids(tok, self._messages(ep.traj, ep.history))
             ep.row = RowState()
+
+
+def expert_actor(noise: float = 0.0) -> Actor:
+    """The env's expert; with `noise` > 0 a random admissible action is taken instead with that
+    probability and marked not trainable, so demonstrations show recovery from mistakes."""
+
+    def act(expert: str | None, admissible: list[str] | None,
+            rng: torch.Generator) -> tuple[str, bool]:
+        if expert is None:
+            raise ValueError("this env exposes no expert_action; it cannot give demonstrations")
+        if noise > 0 and admissible and float(torch.rand(1, generator=rng)) < noise:
+            return admissible[int(torch.randint(len(admissible), (1,), generator=rng))], False
+        return expert, True
+
+    return act
+
+
+def random_actor() -> Actor:
+    """A uniformly random admissible action, trainable (a format-only prior for tests)."""
+
+    def act(expert: str | None, admissible: list[str] | None,
+            rng: torch.Generator) -> tuple[str, bool]:
+        if not admissible:
+            raise ValueError("this env exposes no admissible_actions")
+        return admissible[int(torch.randint(len(admissible), (1,), generator=rng))], True
+
+    return act
 
 
 def _describe(exc: BaseException) -> str:

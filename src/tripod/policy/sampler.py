@@ -56,6 +56,8 @@ class Sample:
     logprobs: list[float] = field(default_factory=list)
     ended: bool = False
     """True when the end-of-turn token was sampled."""
+    trainable: bool = True
+    """False for scripted turns that must not be imitated (e.g. injected random actions)."""
 
 
 def _cache_to_kv(cache: DynamicCache) -> KV:

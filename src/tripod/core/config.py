@@ -1,0 +1,270 @@
+"""Typed configuration: one pydantic model per component, loaded from YAML recipes.
+
+Every field is documented once (its docstring becomes its description). Unknown keys and
+wrong types are errors that name the key, raised before any work starts. Recipes are
+overridden from the command line with dotted keys: ``algo.group_size=8``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", use_attribute_docstrings=True,
+                              validate_assignment=True)
+
+
+class RunSection(_Section):
+    name: str = "run"
+    """Run name; the run directory is ``{out_dir}/{name}``."""
+    out_dir: str = "runs"
+    """Where run directories are created."""
+    seed: int = 0
+    """Seeds torch, game order and sampling; equal seeds give equal runs."""
+
+
+class LoraSection(_Section):
+    enabled: bool = False
+    """Train LoRA adapters (peft) instead of all weights; the reference policy is then the
+    base model with adapters disabled (no second copy)."""
+    r: int = 16
+    alpha: int = 32
+    dropout: float = 0.0
+    target_modules: list[str] = Field(default_factory=lambda: [
+        "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+
+
+class ModelSection(_Section):
+    name: str = "smollm2-135m"
+    """`smollm2-135m`, `tiny`, or a local Hugging Face model / checkpoint folder."""
+    lora: LoraSection = Field(default_factory=LoraSection)
+    device: str = "cpu"
+    """`cpu` or `cuda`. Training and sampling run in fp32 on CPU (bf16 is slower there)."""
+
+
+class EnvSection(_Section):
+    id: str = "textworld/w2-o3-q4"
+    """Env id (see `tripod envs list`)."""
+    max_turns: int = Field(12, ge=1)
+    """Turn cap per episode (12 for w2-o3-q4; 24 for larger games)."""
+    options: dict[str, Any] = Field(default_factory=dict)
+    """Env-specific overrides passed to `tripod.envs.make`."""
+
+
+class PromptSection(_Section):
+    instruction: str | None = None
+    """Role and answer format shown before the objective; None uses tripod's default."""
+    system_prompt: str | None = None
+    history_window: int | None = None
+    """Keep the last k turns in the prompt; None keeps all (and reuses the KV cache)."""
+
+
+class RewardSection(_Section):
+    kind: Literal["sparse", "dense"] = "sparse"
+    """`sparse`: 1 on the last turn of a won episode. `dense`: each turn's progress gain
+    (score gained / the game's max score), so a won game sums to 1."""
+    lost_penalty: float = 0.0
+    """Added on the last turn of a lost episode (e.g. -1); 0 makes loss and failure equal."""
+    invalid_penalty: float = 0.0
+    """Added on turns whose action was empty, not understood, or truncated (e.g. -0.1)."""
+    turn_cost: float = 0.0
+    """Subtracted on every turn (a push towards shorter episodes)."""
+
+
+class SamplingSection(_Section):
+    temperature: float = Field(0.7, ge=0.0)
+    """0 is greedy."""
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    max_new_tokens: int = Field(24, ge=1)
+    """Tokens per action; a reply without the end-of-turn token ends the episode."""
+
+
+class RolloutSection(_Section):
+    games_per_iter: int = Field(4, ge=1)
+    """Distinct training games per RL iteration."""
+    group_size: int = Field(4, ge=1)
+    """Episodes per game (different sampling seeds): the GRPO/RLOO group."""
+    train_pool: int | None = Field(None, ge=1)
+    """Distinct training games cycled through; None plays a new game every time."""
+    batch_size: int = Field(16, ge=1)
+    """Episodes played at once by the rollout engine."""
+    env_timeout_s: float = 30.0
+    train: SamplingSection = Field(default_factory=SamplingSection)
+    """Sampling for training rollouts."""
+    eval: SamplingSection = Field(default_factory=lambda: SamplingSection(temperature=0.0))
+    """Sampling for evaluation (greedy by default); never the training one."""
+    truncated_action: Literal["end", "step"] = "end"
+    """What a reply without the end-of-turn token does: end the episode (paper) or step."""
+
+    @property
+    def episodes_per_iter(self) -> int:
+        return self.games_per_iter * self.group_size
+
+
+class AlgoSection(_Section):
+    estimator: str = "gae"
+    """Advantage estimator: gae, gae_turn, grpo, dr_grpo, rloo, reinforce_pp."""
+    gamma: float = Field(1.0, ge=0.0, le=1.0)
+    lam: float = Field(1.0, ge=0.0, le=1.0)
+    norm_by_std: bool = True
+    """Group estimators: divide by the group std (GRPO) or not (Dr.GRPO)."""
+    returns: Literal["episode", "turn"] = "episode"
+    """Critic-free estimators: score each turn by the episode total or by its return-to-go."""
+    whiten: bool = True
+    """GAE: whiten advantages over the batch's agent tokens."""
+    lr: float = Field(1e-6, gt=0.0)
+    """Actor learning rate (paper: 1e-6 for 1.5B models; small models need more)."""
+    critic_lr: float = Field(1e-5, gt=0.0)
+    critic: Literal["copy", "shared"] = "copy"
+    """PPO critic: a value head on a separate copy of the policy, or on the policy's backbone."""
+    clip_low: float = 0.2
+    clip_high: float = 0.2
+    dual_clip: float | None = None
+    value_clip: float | None = 0.2
+    vf_coef: float = 0.5
+    """Weight of the value loss (shared critic only; a copied critic has its own optimizer)."""
+    kl_coef: float = 0.0
+    """KL to the reference policy; 0 skips the reference forward pass."""
+    kl_in: Literal["reward", "loss"] = "loss"
+    """Put the KL penalty in the per-token reward (PPO paper recipe) or in the loss (GRPO)."""
+    kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    entropy_coef: float = 0.0
+    loss_agg: Literal["token_mean", "seq_mean", "constant"] = "token_mean"
+    epochs: int = Field(1, ge=1)
+    """Passes over each rollout batch."""
+    minibatch_size: int = Field(16, ge=1)
+    """Rows per optimizer step."""
+    micro_batch_size: int = Field(4, ge=1)
+    """Rows per forward/backward (gradient accumulation inside a minibatch)."""
+    grad_clip: float = 1.0
+    weight_decay: float = 0.0
+
+
+class SFTSection(_Section):
+    enabled: bool = False
+    games: int = Field(60, ge=1)
+    """Expert demonstrations (one per `sft`-split game)."""
+    recovery_games: int = 0
+    """Extra demonstrations where random actions are injected and the expert recovers;
+    only the expert's turns are trained on (teaches recovery from mistakes)."""
+    recovery_noise: float = 0.3
+    """Probability of a random admissible action per turn in recovery demonstrations."""
+    epochs: int = Field(1, ge=1)
+    lr: float = Field(3e-5, gt=0.0)
+    batch_size: int = Field(4, ge=1)
+    max_turns: int | None = None
+    """Turn cap for demonstrations (defaults to env.max_turns)."""
+
+
+class TrainSection(_Section):
+    iterations: int = Field(10, ge=0)
+    """RL iterations (collect, reward, advantage, update)."""
+    eval_every: int = Field(0, ge=0)
+    """Evaluate on the valid split every k iterations (0: never during training)."""
+    eval_games: int = Field(20, ge=1)
+    """Games per evaluation (one greedy episode each)."""
+    checkpoint_every: int = Field(0, ge=0)
+    """Save a resumable checkpoint every k iterations (0: only at the end)."""
+    tensorboard: bool = True
+
+
+class TrainConfig(_Section):
+    """A whole recipe."""
+
+    run: RunSection = Field(default_factory=RunSection)
+    model: ModelSection = Field(default_factory=ModelSection)
+    env: EnvSection = Field(default_factory=EnvSection)
+    prompt: PromptSection = Field(default_factory=PromptSection)
+    reward: RewardSection = Field(default_factory=RewardSection)
+    rollout: RolloutSection = Field(default_factory=RolloutSection)
+    algo: AlgoSection = Field(default_factory=AlgoSection)
+    sft: SFTSection = Field(default_factory=SFTSection)
+    train: TrainSection = Field(default_factory=TrainSection)
+
+    @model_validator(mode="after")
+    def _check_algorithm(self) -> TrainConfig:
+        from tripod.algos.advantages import ADVANTAGE_ESTIMATORS
+
+        if self.algo.estimator not in ADVANTAGE_ESTIMATORS:
+            valid = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+            raise ValueError(f"algo.estimator: unknown {self.algo.estimator!r}; valid: {valid}")
+        spec = ADVANTAGE_ESTIMATORS[self.algo.estimator]
+        if self.rollout.group_size < spec.min_group_size:
+            raise ValueError(
+                f"rollout.group_size: {self.algo.estimator} needs groups of at least "
+                f"{spec.min_group_size} episodes of the same game (got {self.rollout.group_size});"
+                " a group of 1 has no baseline")
+        return self
+
+    @property
+    def run_dir(self) -> Path:
+        return Path(self.run.out_dir) / self.run.name
+
+
+class ConfigError(ValueError):
+    """A recipe or override is invalid; the message names the offending key."""
+
+
+def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
+    node = data
+    parts = key.split(".")
+    for part in parts[:-1]:
+        node = node.setdefault(part, {})
+        if not isinstance(node, dict):
+            raise ConfigError(f"{key}: {part!r} is not a section")
+    node[parts[-1]] = value
+
+
+def parse_overrides(overrides: list[str]) -> dict[str, Any]:
+    """``["algo.lr=1e-5", "env.id=textworld/w4-o6-q8"]`` -> nested dict (YAML values)."""
+    data: dict[str, Any] = {}
+    for item in overrides:
+        if "=" not in item:
+            raise ConfigError(f"override {item!r} must look like section.key=value")
+        key, raw = item.split("=", 1)
+        _set_dotted(data, key.strip(), yaml.safe_load(raw) if raw else "")
+    return data
+
+
+def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for k, v in extra.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_config(path: str | Path | None = None, overrides: list[str] | None = None,
+                base: dict[str, Any] | None = None) -> TrainConfig:
+    """Load a recipe (YAML), apply dotted overrides, validate. Errors name the key."""
+    data: dict[str, Any] = dict(base or {})
+    if path is not None:
+        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{path}: a recipe must be a mapping of sections")
+        data = _merge(data, loaded)
+    data = _merge(data, parse_overrides(overrides or []))
+    try:
+        return TrainConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe(exc, path)) from None
+
+
+def _describe(exc: ValidationError, path: str | Path | None) -> str:
+    where = f"{path}: " if path else ""
+    lines = []
+    for err in exc.errors():
+        key = ".".join(str(p) for p in err["loc"]) or "(recipe)"
+        msg = err["msg"]
+        if err["type"] == "extra_forbidden":
+            msg = "unknown key"
+        lines.append(f"{where}{key}: {msg}")
+    return "invalid config:\n  " + "\n  ".join(lines)
+
+
+def dump_config(cfg: TrainConfig) -> str:
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

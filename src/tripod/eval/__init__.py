@@ -1,0 +1,1 @@
+"""Evaluation: success rates on held-out games with confidence intervals."""

@@ -1,0 +1,75 @@
+"""Success rate of a policy on held-out games, with a 95% Wilson interval.
+
+Evaluation always uses its own sampling parameters (greedy by default), never the training
+ones, and plays one episode per game of the requested split.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+from tripod.core.types import Trajectory, TurnStatus
+from tripod.policy.models import Policy
+from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
+from tripod.policy.sampler import SamplingParams
+
+
+def wilson_interval(successes: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """95% Wilson score interval for a binomial proportion (sensible at 0% and 100%)."""
+    if n == 0:
+        return 0.0, 1.0
+    p = successes / n
+    denom = 1 + z * z / n
+    centre = (p + z * z / (2 * n)) / denom
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom
+    return max(0.0, centre - half), min(1.0, centre + half)
+
+
+@dataclass
+class EvalResult:
+    env_id: str
+    split: str
+    episodes: int
+    won: int
+    lost: int
+    env_errors: int
+    success_rate: float
+    ci95: tuple[float, float]
+    mean_turns: float
+    mean_progress: float
+    invalid_rate: float
+    seconds: float
+    per_game: list[dict] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    def summary(self) -> str:
+        lo, hi = self.ci95
+        return (f"{self.success_rate:.1%} ({self.won}/{self.episodes}, 95% CI "
+                f"{lo:.0%}-{hi:.0%}) on {self.env_id} [{self.split}]")
+
+
+def summarise(trajs: list[Trajectory], env_id: str, split: str, seconds: float) -> EvalResult:
+    n = len(trajs)
+    won = sum(t.won for t in trajs)
+    turns = [t for tr in trajs for t in tr.turns]
+    invalid = sum(t.status in (TurnStatus.INVALID, TurnStatus.TRUNCATED) for t in turns)
+    return EvalResult(
+        env_id=env_id, split=split, episodes=n, won=won, lost=sum(t.lost for t in trajs),
+        env_errors=sum(t.failed for t in trajs), success_rate=won / max(n, 1),
+        ci95=wilson_interval(won, n), mean_turns=sum(t.num_turns for t in trajs) / max(n, 1),
+        mean_progress=sum((t.turns[-1].progress if t.turns else 0.0) for t in trajs) / max(n, 1),
+        invalid_rate=invalid / max(len(turns), 1), seconds=seconds,
+        per_game=[{"game": t.game_index, "won": t.won, "turns": t.num_turns,
+                   "end": t.end.value, "actions": [x.action_text for x in t.turns]}
+                  for t in trajs])
+
+
+def evaluate(policy: Policy, env_id: str, split: str, games: int, sampling: SamplingParams,
+             rollout: RolloutConfig, seed: int = 0) -> tuple[EvalResult, list[Trajectory]]:
+    """Play one episode on each of the first `games` games of `split`."""
+    jobs = make_jobs(env_id, split, list(range(games)), group_size=1, seed=seed)
+    trajs, stats = RolloutEngine(policy, rollout).collect(jobs, sampling)
+    return summarise(trajs, env_id, split, stats.seconds), trajs

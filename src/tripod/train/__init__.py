@@ -1,0 +1,1 @@
+"""Trainers: SFT on expert trajectories and the RL loop."""

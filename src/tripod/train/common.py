@@ -1,0 +1,81 @@
+"""Pieces both trainers share: seeding, run directories, metric logging, optimizers."""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from tripod.core.config import TrainConfig, dump_config
+from tripod.policy.chat import DEFAULT_INSTRUCTION, PromptConfig
+from tripod.policy.rollout import RolloutConfig
+from tripod.policy.sampler import SamplingParams
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def prompt_config(cfg: TrainConfig) -> PromptConfig:
+    return PromptConfig(instruction=cfg.prompt.instruction or DEFAULT_INSTRUCTION,
+                        system_prompt=cfg.prompt.system_prompt,
+                        history_window=cfg.prompt.history_window)
+
+
+def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutConfig:
+    return RolloutConfig(max_turns=max_turns or cfg.env.max_turns,
+                         batch_size=cfg.rollout.batch_size,
+                         env_timeout_s=cfg.rollout.env_timeout_s,
+                         truncated_action=cfg.rollout.truncated_action,
+                         prompt=prompt_config(cfg), env_options=dict(cfg.env.options))
+
+
+def sampling_params(section) -> SamplingParams:
+    return SamplingParams(temperature=section.temperature, top_p=section.top_p,
+                          max_new_tokens=section.max_new_tokens)
+
+
+def prepare_run_dir(cfg: TrainConfig) -> Path:
+    run_dir = cfg.run_dir
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_config(cfg))
+    return run_dir
+
+
+class MetricLogger:
+    """Appends one JSON object per record to `metrics.jsonl` and mirrors scalars to
+    TensorBoard (when enabled)."""
+
+    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+        self.path = run_dir / "metrics.jsonl"
+        self._tb = None
+        if tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self._tb = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def log(self, step: int, metrics: dict[str, Any], prefix: str = "") -> None:
+        record = {"step": step, "time": time.time(),
+                  **{f"{prefix}{k}": v for k, v in metrics.items()}}
+        with self.path.open("a") as f:
+            f.write(json.dumps(record) + "\n")
+        if self._tb is not None:
+            for k, v in metrics.items():
+                if isinstance(v, int | float) and not isinstance(v, bool):
+                    self._tb.add_scalar(f"{prefix}{k}", v, step)
+            self._tb.flush()
+
+    def close(self) -> None:
+        if self._tb is not None:
+            self._tb.close()
+
+
+def chunks(items: list, size: int) -> list[list]:
+    return [items[i:i + size] for i in range(0, len(items), size)]

@@ -1,0 +1,96 @@
+"""SFT on expert trajectories, formatted exactly as RL prompts are.
+
+Demonstrations are played by the rollout engine itself with a scripted actor (the env's
+`expert_action`), so the prompt ids are the ones RL will see. Every expert turn is trained on
+(not only the last). Recovery demonstrations inject random admissible actions with some
+probability; those turns are masked out, and the expert's way back is trained on: plain
+walkthroughs contain no mistakes, so a model trained only on them never learns to recover.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from rich.progress import Progress
+
+from tripod.core.config import TrainConfig
+from tripod.core.types import Trajectory
+from tripod.policy.models import Policy
+from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
+from tripod.policy.sampler import SamplingParams
+from tripod.train.batch import Row, collate, token_logprobs, trajectory_rows
+from tripod.train.common import chunks, rollout_config
+
+
+@dataclass
+class SFTResult:
+    demos: int
+    tokens: int
+    final_loss: float
+    seconds: float
+    losses: list[float]
+
+
+def collect_demonstrations(policy: Policy, cfg: TrainConfig) -> list[Trajectory]:
+    """Expert (and, if configured, recovery) demonstrations on the `sft` split."""
+    engine = RolloutEngine(policy, rollout_config(cfg, max_turns=cfg.sft.max_turns))
+    plain = make_jobs(cfg.env.id, "sft", list(range(cfg.sft.games)), 1, cfg.run.seed)
+    demos, _ = engine.collect(plain, SamplingParams(), actor=expert_actor(0.0))
+    if cfg.sft.recovery_games:
+        games = list(range(cfg.sft.games, cfg.sft.games + cfg.sft.recovery_games))
+        noisy = make_jobs(cfg.env.id, "sft", games, 1, cfg.run.seed + 1)
+        more, _ = engine.collect(noisy, SamplingParams(),
+                                 actor=expert_actor(cfg.sft.recovery_noise))
+        demos += more
+    return [d for d in demos if not d.failed and d.won]
+
+
+def demo_rows(demos: list[Trajectory]) -> list[Row]:
+    return [row for d in demos for row in trajectory_rows(d, [0.0] * d.num_turns)]
+
+
+def sft_loss(policy: Policy, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+    """Summed NLL over agent tokens and the token count (so callers can token-mean)."""
+    mask = batch["loss_mask"]
+    logp, _, _ = token_logprobs(policy.model, batch["input_ids"], batch["attention_mask"],
+                                loss_mask=mask)
+    return -(logp * mask).sum(), int(mask.sum())
+
+
+def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
+              out_dir: Path | None = None) -> SFTResult:
+    """Fine-tune on demonstration rows (token-mean NLL over agent tokens)."""
+    model = policy.model
+    model.train()
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=0.0)
+    gen = torch.Generator().manual_seed(cfg.run.seed)
+    losses: list[float] = []
+    tokens = 0
+    start = time.perf_counter()
+    steps = cfg.sft.epochs * math.ceil(len(rows) / cfg.sft.batch_size)
+    with Progress(transient=True) as progress:
+        task = progress.add_task("SFT", total=steps)
+        for _ in range(cfg.sft.epochs):
+            order = torch.randperm(len(rows), generator=gen).tolist()
+            for idx in chunks(order, cfg.sft.batch_size):
+                batch = collate([rows[i] for i in idx], policy.pad_token_id)
+                nll, n = sft_loss(policy, batch)
+                loss = nll / max(n, 1)
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(params, cfg.algo.grad_clip)
+                opt.step()
+                losses.append(float(loss))
+                tokens += n
+                progress.update(task, advance=1, description=f"SFT loss {loss:.3f}")
+    model.eval()
+    if out_dir is not None:
+        policy.model.save_pretrained(out_dir)
+        policy.tokenizer.save_pretrained(out_dir)
+    return SFTResult(len(rows), tokens, losses[-1] if losses else float("nan"),
+                     time.perf_counter() - start, losses)
