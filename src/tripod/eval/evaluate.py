@@ -68,8 +68,17 @@ def summarise(trajs: list[Trajectory], env_id: str, split: str, seconds: float) 
 
 
 def evaluate(policy: Policy, env_id: str, split: str, games: int, sampling: SamplingParams,
-             rollout: RolloutConfig, seed: int = 0) -> tuple[EvalResult, list[Trajectory]]:
-    """Play one episode on each of the first `games` games of `split`."""
+             rollout: RolloutConfig, seed: int = 0,
+             engine: RolloutEngine | None = None) -> tuple[EvalResult, list[Trajectory]]:
+    """Play one episode on each of the first `games` games of `split`.
+
+    Pass an `engine` to reuse its envs across evaluations (it must wrap `policy`)."""
     jobs = make_jobs(env_id, split, list(range(games)), group_size=1, seed=seed)
-    trajs, stats = RolloutEngine(policy, rollout).collect(jobs, sampling)
+    own = engine is None
+    engine = engine or RolloutEngine(policy, rollout)
+    try:
+        trajs, stats = engine.collect(jobs, sampling)
+    finally:
+        if own:
+            engine.close()
     return summarise(trajs, env_id, split, stats.seconds), trajs

@@ -103,7 +103,21 @@ class RolloutEngine:
         self.cfg = cfg
         self.env_factory = env_factory or (
             lambda job: make(job.env_id, split=job.split, **cfg.env_options))
+        # Idle envs by (env id, split), reused across episodes and `collect` calls: starting
+        # an env can be costly (TextWorld starts a game process), resetting it is cheap.
+        self._idle: dict[tuple[str, str], list[Env]] = {}
         self._eos_text = policy.tokenizer.decode([policy.eos_token_ids[0]])
+
+    def _acquire(self, job: EpisodeJob) -> Env:
+        idle = self._idle.get((job.env_id, job.split))
+        return idle.pop() if idle else self.env_factory(job)
+
+    def close(self) -> None:
+        """Close every idle env (call when the engine is no longer needed)."""
+        for envs in self._idle.values():
+            for env in envs:
+                _close_quietly(env)
+        self._idle.clear()
 
     def collect(self, jobs: list[EpisodeJob], sampling: SamplingParams,
                 actor: Actor | None = None) -> tuple[list[Trajectory], RolloutStats]:
@@ -135,7 +149,7 @@ class RolloutEngine:
                 self._turn(active, sampling, pool, stats, actor)
                 for ep in [e for e in active if e.done]:
                     finished[ep.job.episode_id] = ep.traj
-                    self._close(ep)
+                    self._release(ep)
                 active = [e for e in active if not e.done]
         finally:
             pool.shutdown(wait=False, cancel_futures=True)
@@ -150,11 +164,14 @@ class RolloutEngine:
         traj = Trajectory(job.env_id, job.split, job.game_index, job.group_id, job.episode_id,
                           job.sample_seed, objective="", first_observation="")
         gen = torch.Generator().manual_seed(job.sample_seed)
+        env = None
         try:
-            env = self.env_factory(job)
+            env = self._acquire(job)
             obs, info = pool.submit(env.reset, job.game_index).result(self.cfg.env_timeout_s)
         except Exception as exc:  # a broken env must not take the run down: mark and count
             traj.end, traj.error = EpisodeEnd.ENV_ERROR, f"reset failed: {_describe(exc)}"
+            if env is not None:
+                _close_quietly(env)
             return _Episode(job, None, traj, gen, [], done=True)  # type: ignore[arg-type]
         traj.objective, traj.first_observation, traj.max_score = info.objective, obs, info.max_score
         ids = render_prompt_ids(self.policy.tokenizer, self._messages(traj, []))
@@ -164,12 +181,14 @@ class RolloutEngine:
     def _messages(self, traj: Trajectory, history: list[tuple[str, str]]) -> list[dict[str, str]]:
         return build_messages(self.cfg.prompt, traj.objective, traj.first_observation, history)
 
-    def _close(self, ep: _Episode) -> None:
-        try:
-            if ep.env is not None:
-                ep.env.close()
-        except Exception:  # closing is best effort; the trajectory is already safe
-            pass
+    def _release(self, ep: _Episode) -> None:
+        """Keep a healthy env for the next episode; close one that failed."""
+        if ep.env is None:
+            return
+        if ep.traj.failed:
+            _close_quietly(ep.env)
+        else:
+            self._idle.setdefault((ep.job.env_id, ep.job.split), []).append(ep.env)
 
     # -- one turn for every active episode -------------------------------------------------
     def _sample(self, active: list[_Episode], sampling: SamplingParams) -> list[Sample]:
@@ -282,6 +301,13 @@ def random_actor() -> Actor:
         return admissible[int(torch.randint(len(admissible), (1,), generator=rng))], True
 
     return act
+
+
+def _close_quietly(env: Env) -> None:
+    try:
+        env.close()
+    except Exception:  # closing is best effort; the trajectory is already safe
+        pass
 
 
 def _describe(exc: BaseException) -> str:

@@ -108,9 +108,12 @@ def _draw(logits: torch.Tensor, params: SamplingParams,
         drop = sorted_p.cumsum(-1) - sorted_p > params.top_p
         sorted_p = sorted_p.masked_fill(drop, 0.0)
         probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
-    # One generator per row: an episode's samples do not depend on its batch neighbours.
-    tokens = torch.cat([torch.multinomial(probs[i], 1, generator=g)
-                        for i, g in enumerate(generators)])
+    # Inverse-CDF sampling with one generator per row: an episode's samples do not depend
+    # on its batch neighbours (and it is much faster than torch.multinomial on CPU).
+    cdf = probs.cumsum(dim=-1)                                               # [B, V]
+    u = torch.cat([torch.rand(1, generator=g, dtype=cdf.dtype) for g in generators])
+    tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None])[:, 0]
+    tokens = tokens.clamp(max=probs.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens[:, None])[:, 0]
 
 

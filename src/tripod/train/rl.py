@@ -317,6 +317,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
         learner.load_state_dict(trainer_state)
         set_rng_state(trainer_state["rng"])
     engine = RolloutEngine(learner.policy, rollout_config(cfg))
+    eval_engine = RolloutEngine(learner.policy, rollout_config(cfg))
     logger = MetricLogger(run_dir, cfg.train.tensorboard)
     history: list[dict] = []
     ckpt, saved_at = resume, start_iter
@@ -333,7 +334,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
         if cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0:    # evaluate
             res, _ = evaluate(learner.policy, cfg.env.id, "valid", cfg.train.eval_games,
                               sampling_params(cfg.rollout.eval), rollout_config(cfg),
-                              seed=cfg.run.seed)
+                              seed=cfg.run.seed, engine=eval_engine)
             metrics["valid_success_rate"] = res.success_rate
         logger.log(it + 1, metrics)                                          # log
         history.append({"iteration": it + 1, **metrics})
@@ -346,6 +347,8 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     if ckpt is None or saved_at != cfg.train.iterations:
         ckpt = _save(learner, run_dir, cfg.train.iterations)
     logger.close()
+    engine.close()
+    eval_engine.close()
     return RLResult(run_dir, cfg.train.iterations, history, ckpt)
 
 

@@ -1,0 +1,204 @@
+"""`tripod` command line: envs, play, rollout, quickstart, sft, train, eval."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
+
+
+def _recipe(path: str) -> Path:
+    p = Path(path)
+    if not p.exists() and (RECIPES / path).exists():
+        return RECIPES / path
+    if not p.exists():
+        raise SystemExit(f"recipe not found: {path}")
+    return p
+
+
+def cmd_envs(args: argparse.Namespace) -> int:
+    from tripod.envs.registry import families, unavailable_families
+
+    for fam in families():
+        print(f"{fam.pattern:<42} {fam.description}")
+        print(f"{'':<42} e.g. {', '.join(fam.examples)}")
+    for mod, why in unavailable_families().items():
+        print(f"(unavailable: {mod}: {why})")
+    return 0
+
+
+def cmd_play(args: argparse.Namespace) -> int:
+    from tripod.envs.play import play
+
+    summary = play(args.env_id, args.policy, args.episodes, seed=args.seed, split=args.split,
+                   max_turns=args.max_turns, print_fn=(lambda *a, **k: None) if args.json
+                   and args.policy != "human" else print)
+    if args.json:
+        print(json.dumps(summary.to_json()))
+    else:
+        print(f"won {summary.won}/{summary.episodes} ({summary.success_rate:.0%})")
+    return 0
+
+
+def cmd_rollout(args: argparse.Namespace) -> int:
+    from tripod.eval.evaluate import summarise
+    from tripod.policy import load_policy
+    from tripod.policy.chat import PromptConfig
+    from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
+    from tripod.policy.sampler import SamplingParams
+
+    policy = load_policy(args.model)
+    cfg = RolloutConfig(max_turns=args.max_turns, batch_size=args.batch_size,
+                        prompt=PromptConfig(history_window=args.history_window))
+    jobs = make_jobs(args.env, args.split, list(range(args.episodes)), 1, args.seed)
+    engine = RolloutEngine(policy, cfg)
+    trajs, stats = engine.collect(jobs, SamplingParams(args.temperature, 1.0, args.max_new_tokens))
+    engine.close()
+    if args.out:
+        with open(args.out, "w") as f:
+            for t in trajs:
+                f.write(json.dumps(t.to_json()) + "\n")
+    res = summarise(trajs, args.env, args.split, stats.seconds)
+    out = {"episodes": res.episodes, "won": res.won, "success_rate": res.success_rate,
+           "env_steps": stats.env_steps, "generated_tokens": stats.generated_tokens,
+           "episodes_per_s": stats.episodes_per_s, "tokens_per_s": stats.tokens_per_s}
+    print(json.dumps(out) if args.json else "\n".join(f"{k}: {v}" for k, v in out.items()))
+    return 0
+
+
+def cmd_quickstart(args: argparse.Namespace) -> int:
+    from tripod.core.config import load_config
+    from tripod.train.quickstart import run_quickstart
+
+    cfg = load_config(_recipe("quickstart.yaml"), args.overrides)
+    run_quickstart(cfg, eval_games=args.eval_games)
+    return 0
+
+
+def cmd_sft(args: argparse.Namespace) -> int:
+    from tripod.core.config import load_config
+    from tripod.policy import load_policy
+    from tripod.train.common import prepare_run_dir
+    from tripod.train.sft import collect_demonstrations, demo_rows, train_sft
+
+    cfg = load_config(_recipe(args.recipe), args.overrides)
+    run_dir = prepare_run_dir(cfg)
+    policy = load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
+    demos = collect_demonstrations(policy, cfg)
+    res = train_sft(policy, demo_rows(demos), cfg, out_dir=run_dir / "sft")
+    print(f"SFT on {len(demos)} demonstrations: final loss {res.final_loss:.3f}; "
+          f"model saved to {run_dir / 'sft'}")
+    return 0
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from tripod.core.config import load_config
+    from tripod.train.rl import train_rl
+
+    cfg = load_config(_recipe(args.recipe), args.overrides)
+    res = train_rl(cfg, resume=Path(args.resume) if args.resume else None)
+    print(f"done: {res.iterations} iterations; checkpoint {res.final_checkpoint}")
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from tripod.eval.evaluate import evaluate
+    from tripod.policy import load_policy
+    from tripod.policy.rollout import RolloutConfig
+    from tripod.policy.sampler import SamplingParams
+
+    policy = load_policy(args.checkpoint)
+    res, _ = evaluate(policy, args.env, args.split, args.episodes,
+                      SamplingParams(args.temperature, 1.0, args.max_new_tokens),
+                      RolloutConfig(max_turns=args.max_turns, batch_size=args.batch_size),
+                      seed=args.seed)
+    if args.json:
+        out = res.to_json()
+        out.pop("per_game")
+        print(json.dumps(out))
+    else:
+        print(res.summary())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tripod", description=__doc__)
+    sub = p.add_subparsers(dest="command", required=True)
+
+    envs = sub.add_parser("envs", help="list environments")
+    envs.add_argument("action", choices=["list"])
+    envs.set_defaults(fn=cmd_envs)
+
+    play = sub.add_parser("play", help="play an env with a scripted or human policy")
+    play.add_argument("env_id")
+    play.add_argument("--policy", choices=["expert", "random", "human"], default="expert")
+    play.add_argument("--episodes", type=int, default=1)
+    play.add_argument("--seed", type=int, default=0)
+    play.add_argument("--split", default="test")
+    play.add_argument("--max-turns", type=int, default=None)
+    play.add_argument("--json", action="store_true")
+    play.set_defaults(fn=cmd_play)
+
+    ro = sub.add_parser("rollout", help="play episodes with a model")
+    ro.add_argument("--model", default="smollm2-135m")
+    ro.add_argument("--env", default="textworld/w2-o3-q4")
+    ro.add_argument("--episodes", type=int, default=4)
+    ro.add_argument("--split", default="test")
+    ro.add_argument("--seed", type=int, default=0)
+    ro.add_argument("--temperature", type=float, default=0.7)
+    ro.add_argument("--max-new-tokens", type=int, default=24)
+    ro.add_argument("--max-turns", type=int, default=12)
+    ro.add_argument("--batch-size", type=int, default=16)
+    ro.add_argument("--history-window", type=int, default=None)
+    ro.add_argument("--out", help="write trajectories (with token ids) to this JSONL file")
+    ro.add_argument("--json", action="store_true")
+    ro.set_defaults(fn=cmd_rollout)
+
+    qs = sub.add_parser("quickstart", help="SFT + RL of SmolLM2 on TextWorld, then evaluation")
+    qs.add_argument("--eval-games", type=int, default=20)
+    qs.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.iterations=2")
+    qs.set_defaults(fn=cmd_quickstart)
+
+    for name, fn, hlp in (("sft", cmd_sft, "SFT on expert demonstrations"),
+                          ("train", cmd_train, "RL training from a recipe")):
+        sp = sub.add_parser(name, help=hlp)
+        sp.add_argument("recipe")
+        sp.add_argument("overrides", nargs="*")
+        if name == "train":
+            sp.add_argument("--resume", help="checkpoint folder to resume from")
+        sp.set_defaults(fn=fn)
+
+    ev = sub.add_parser("eval", help="success rate of a checkpoint on held-out games")
+    ev.add_argument("--checkpoint", required=True, help="model folder, smollm2-135m or tiny")
+    ev.add_argument("--env", required=True)
+    ev.add_argument("--split", default="test")
+    ev.add_argument("--episodes", type=int, default=20)
+    ev.add_argument("--seed", type=int, default=0)
+    ev.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
+    ev.add_argument("--max-new-tokens", type=int, default=24)
+    ev.add_argument("--max-turns", type=int, default=12)
+    ev.add_argument("--batch-size", type=int, default=16)
+    ev.add_argument("--json", action="store_true")
+    ev.set_defaults(fn=cmd_eval)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    from tripod.core.config import ConfigError
+
+    try:
+        return args.fn(args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyError as exc:  # unknown env id and similar lookups carry their own message
+        print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
