@@ -1,4 +1,4 @@
-"""`tripod` command line: envs, play, rollout, quickstart, sft, train, eval."""
+"""`tripod` command line: envs, play, rollout, quickstart, sft, train, sweep, eval."""
 
 from __future__ import annotations
 
@@ -71,10 +71,10 @@ def cmd_rollout(args: argparse.Namespace) -> int:
 
 def cmd_quickstart(args: argparse.Namespace) -> int:
     from tripod.core.config import load_config
-    from tripod.train.quickstart import run_quickstart
+    from tripod.train.pipeline import run_recipe
 
     cfg = load_config(_recipe("quickstart.yaml"), args.overrides)
-    run_quickstart(cfg, eval_games=args.eval_games)
+    run_recipe(cfg)
     return 0
 
 
@@ -96,11 +96,17 @@ def cmd_sft(args: argparse.Namespace) -> int:
 
 def cmd_train(args: argparse.Namespace) -> int:
     from tripod.core.config import load_config
-    from tripod.train.rl import train_rl
+    from tripod.train.pipeline import run_recipe
 
     cfg = load_config(_recipe(args.recipe), args.overrides)
-    res = train_rl(cfg, resume=Path(args.resume) if args.resume else None)
-    print(f"done: {res.iterations} iterations; checkpoint {res.final_checkpoint}")
+    run_recipe(cfg, resume=Path(args.resume) if args.resume else None)
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from tripod.experiments.sweep import run_sweep
+
+    run_sweep(_recipe(args.recipe), args.grid)
     return 0
 
 
@@ -158,7 +164,6 @@ def build_parser() -> argparse.ArgumentParser:
     ro.set_defaults(fn=cmd_rollout)
 
     qs = sub.add_parser("quickstart", help="SFT + RL of SmolLM2 on TextWorld, then evaluation")
-    qs.add_argument("--eval-games", type=int, default=20)
     qs.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.iterations=2")
     qs.set_defaults(fn=cmd_quickstart)
 
@@ -170,6 +175,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "train":
             sp.add_argument("--resume", help="checkpoint folder to resume from")
         sp.set_defaults(fn=fn)
+
+    sw = sub.add_parser("sweep", help="run a recipe over a grid of settings (one study)")
+    sw.add_argument("recipe")
+    sw.add_argument("grid", nargs="*", help="key=v1,v2 items, e.g. algo.estimator=gae,grpo,rloo")
+    sw.set_defaults(fn=cmd_sweep)
 
     ev = sub.add_parser("eval", help="success rate of a checkpoint on held-out games")
     ev.add_argument("--checkpoint", required=True, help="model folder, smollm2-135m or tiny")

@@ -159,6 +159,22 @@ class SFTSection(_Section):
     batch_size: int = Field(4, ge=1)
     max_turns: int | None = None
     """Turn cap for demonstrations (defaults to env.max_turns)."""
+    env_options: dict[str, Any] = Field(default_factory=dict)
+    """Env overrides for demonstrations only, on top of env.options (e.g. turn an expensive
+    planner expert on for SFT and off for RL)."""
+
+
+class EvalSection(_Section):
+    env_ids: list[str] = Field(default_factory=list)
+    """Env ids evaluated after training (held-out split); empty means just `env.id`. List
+    harder variants here to measure generalisation (train simple, evaluate complex)."""
+    split: str = "test"
+    games: int = Field(20, ge=1)
+    """Games per env id (one greedy episode each)."""
+    max_turns: int | None = None
+    """Turn cap for evaluation (defaults to env.max_turns)."""
+    before_training: bool = True
+    """Also evaluate the starting model (and the SFT model), for a before/after table."""
 
 
 class TrainSection(_Section):
@@ -185,6 +201,7 @@ class TrainConfig(_Section):
     algo: AlgoSection = Field(default_factory=AlgoSection)
     sft: SFTSection = Field(default_factory=SFTSection)
     train: TrainSection = Field(default_factory=TrainSection)
+    eval: EvalSection = Field(default_factory=EvalSection)
 
     @model_validator(mode="after")
     def _check_algorithm(self) -> TrainConfig:

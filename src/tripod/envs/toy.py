@@ -47,9 +47,12 @@ class LettersEnv:
             invalid_action=invalid, game_id=f"{self.env_id}:{self.split}",
         )
 
+    def _ask(self) -> str:
+        return f"Turn {self._turn + 1}: a word starting with '{self.targets[self._turn]}'."
+
     def reset(self, seed: int) -> tuple[str, StepInfo]:
         self._turn, self._score = 0, 0
-        return f"Turn 1 of {self.turns}.", self._info()
+        return self._ask(), self._info()
 
     def step(self, action: str) -> Step:
         if self._turn >= self.turns:
@@ -60,7 +63,7 @@ class LettersEnv:
         self._turn += 1
         self._score += int(correct)
         obs = ("Correct." if correct else "Wrong.") + (
-            f" Turn {self._turn + 1} of {self.turns}." if self._turn < self.turns else "")
+            f" {self._ask()}" if self._turn < self.turns else "")
         info = self._info(invalid=not text)
         return Step(obs, float(correct), self._turn >= self.turns, False, info)
 

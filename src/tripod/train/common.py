@@ -53,8 +53,10 @@ class MetricLogger:
     """Appends one JSON object per record to `metrics.jsonl` and mirrors scalars to
     TensorBoard (when enabled)."""
 
-    def __init__(self, run_dir: Path, tensorboard: bool = True) -> None:
+    def __init__(self, run_dir: Path, tensorboard: bool = True, append: bool = False) -> None:
         self.path = run_dir / "metrics.jsonl"
+        if not append:  # a fresh run starts a fresh file; a resumed run appends
+            self.path.write_text("")
         self._tb = None
         if tensorboard:
             from torch.utils.tensorboard import SummaryWriter

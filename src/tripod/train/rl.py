@@ -300,6 +300,7 @@ class RLResult:
     iterations: int
     history: list[dict]
     final_checkpoint: Path
+    policy: Policy
 
 
 def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None = None,
@@ -318,7 +319,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
         set_rng_state(trainer_state["rng"])
     engine = RolloutEngine(learner.policy, rollout_config(cfg))
     eval_engine = RolloutEngine(learner.policy, rollout_config(cfg))
-    logger = MetricLogger(run_dir, cfg.train.tensorboard)
+    logger = MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
     history: list[dict] = []
     ckpt, saved_at = resume, start_iter
     for it in range(start_iter, cfg.train.iterations):
@@ -349,7 +350,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     logger.close()
     engine.close()
     eval_engine.close()
-    return RLResult(run_dir, cfg.train.iterations, history, ckpt)
+    return RLResult(run_dir, cfg.train.iterations, history, ckpt, learner.policy)
 
 
 def _save(learner: Learner, run_dir: Path, iteration: int) -> Path:

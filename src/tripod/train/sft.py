@@ -37,7 +37,9 @@ class SFTResult:
 
 def collect_demonstrations(policy: Policy, cfg: TrainConfig) -> list[Trajectory]:
     """Expert (and, if configured, recovery) demonstrations on the `sft` split."""
-    engine = RolloutEngine(policy, rollout_config(cfg, max_turns=cfg.sft.max_turns))
+    rcfg = rollout_config(cfg, max_turns=cfg.sft.max_turns)
+    rcfg.env_options = {**rcfg.env_options, **cfg.sft.env_options}
+    engine = RolloutEngine(policy, rcfg)
     plain = make_jobs(cfg.env.id, "sft", list(range(cfg.sft.games)), 1, cfg.run.seed)
     demos, _ = engine.collect(plain, SamplingParams(), actor=expert_actor(0.0))
     if cfg.sft.recovery_games:
@@ -46,6 +48,7 @@ def collect_demonstrations(policy: Policy, cfg: TrainConfig) -> list[Trajectory]
         more, _ = engine.collect(noisy, SamplingParams(),
                                  actor=expert_actor(cfg.sft.recovery_noise))
         demos += more
+    engine.close()
     return [d for d in demos if not d.failed and d.won]
 
 

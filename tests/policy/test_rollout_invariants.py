@@ -1,0 +1,138 @@
+"""Token-in-token-out invariants of the rollout engine (issue: foundation).
+
+(1) the agent tokens of the training row are exactly the sampled ids; (2) logprobs recomputed
+by the trainer's teacher-forced forward pass match the sampling logprobs (fp32, T=1) to 1e-4;
+(3) the loss mask covers exactly the agent tokens; (4) episodes never share history.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tripod.policy.chat import PromptConfig
+from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
+from tripod.policy.sampler import SamplingParams
+from tripod.train.batch import collate, token_logprobs, trajectory_rows
+
+
+def _play(policy, env_id, games, group, *, window=None, batch=8, tokens=12, turns=4, seed=0,
+          temperature=1.0, truncated="step"):
+    cfg = RolloutConfig(max_turns=turns, batch_size=batch, truncated_action=truncated,
+                        prompt=PromptConfig(history_window=window))
+    engine = RolloutEngine(policy, cfg)
+    jobs = make_jobs(env_id, "train", list(range(games)), group, seed)
+    trajs, stats = engine.collect(jobs, SamplingParams(temperature, 1.0, tokens))
+    engine.close()
+    return trajs, stats
+
+
+def _check_invariants(policy, trajs, temperature=1.0):
+    rows = [r for t in trajs for r in trajectory_rows(t, [0.0] * t.num_turns)]
+    batch = collate(rows, policy.pad_token_id)
+    with torch.no_grad():
+        logp, _, _ = token_logprobs(policy.model, batch["input_ids"], batch["attention_mask"],
+                                    temperature, batch["loss_mask"])
+    worst = 0.0
+    r = 0
+    for traj in trajs:
+        sampled = [tok for turn in traj.turns for tok in turn.action_ids]
+        recorded = [lp for turn in traj.turns for lp in turn.logprobs]
+        n_rows = len(trajectory_rows(traj, [0.0] * traj.num_turns))
+        ids, lps, n_mask = [], [], 0
+        for i in range(r, r + n_rows):
+            m = batch["loss_mask"][i].bool()
+            ids += batch["input_ids"][i][m].tolist()           # (1) agent tokens == sampled
+            lps += logp[i][m].tolist()
+            n_mask += int(m.sum())
+        r += n_rows
+        assert ids == sampled
+        assert n_mask == len(sampled)                           # (3) mask == agent tokens
+        if sampled:
+            worst = max(worst, max(abs(a - b) for a, b in zip(lps, recorded)))
+    assert worst < 1e-4, f"sampling vs teacher-forced logprobs differ by {worst}"  # (2)
+    return rows
+
+
+def test_invariants_tiny_full_history(tiny_policy_factory):
+    policy = tiny_policy_factory()
+    trajs, stats = _play(policy, "toy/letters-3", games=3, group=3, turns=3)
+    assert stats.generated_tokens > 0 and all(t.num_turns == 3 for t in trajs)
+    rows = _check_invariants(policy, trajs)
+    assert len(rows) == len(trajs)  # full history: one row per episode
+
+
+def test_invariants_tiny_history_window(tiny_policy_factory):
+    policy = tiny_policy_factory()
+    trajs, _ = _play(policy, "toy/letters-3", games=2, group=2, turns=3, window=1)
+    rows = _check_invariants(policy, trajs)
+    assert len(rows) == sum(t.num_turns for t in trajs)  # a finite window: one row per turn
+
+
+def test_mask_excludes_environment_tokens(tiny_policy_factory):
+    policy = tiny_policy_factory()
+    trajs, _ = _play(policy, "toy/letters-2", games=1, group=2, turns=2)
+    row = trajectory_rows(trajs[0], [0.0, 1.0])[0]
+    first, second = trajs[0].turns
+    # Everything before the first action and between the actions is env/template: mask 0.
+    assert sum(row.loss_mask[: len(first.prompt_ids)]) == 0
+    gap = slice(len(first.prompt_ids) + len(first.action_ids), len(second.prompt_ids))
+    assert sum(row.loss_mask[gap]) == 0 and gap.stop > gap.start
+    # Each turn's reward sits on its last agent token.
+    last = len(second.prompt_ids) + len(second.action_ids) - 1
+    assert row.rewards[last] == 1.0 and sum(row.rewards) == 1.0
+
+
+def test_batching_does_not_change_an_episode(tiny_policy_factory):
+    """Left-padded batched decoding over per-episode caches equals playing alone (greedy)."""
+    policy = tiny_policy_factory()
+    alone, _ = _play(policy, "toy/letters-3", games=1, group=1, batch=1, turns=3,
+                     temperature=0.0)
+    batched, _ = _play(policy, "toy/letters-3", games=3, group=2, batch=6, turns=3,
+                       temperature=0.0)
+    for a, b in zip(alone[0].turns, batched[0].turns):
+        assert a.action_ids == b.action_ids and a.prompt_ids == b.prompt_ids
+        assert max(abs(x - y) for x, y in zip(a.logprobs, b.logprobs)) < 1e-4
+
+
+def test_group_members_never_share_history(tiny_policy_factory):
+    policy = tiny_policy_factory()
+    trajs, _ = _play(policy, "toy/letters-3", games=1, group=2, turns=3, seed=3)
+    a, b = trajs
+    assert a.sample_seed != b.sample_seed
+    assert a.turns is not b.turns
+    for ta, tb in zip(a.turns, b.turns):
+        assert ta.prompt_ids is not tb.prompt_ids and ta.action_ids is not tb.action_ids
+    # Different seeds sample different actions, so later prompts diverge.
+    assert [t.action_ids for t in a.turns] != [t.action_ids for t in b.turns]
+    assert a.turns[-1].prompt_ids != b.turns[-1].prompt_ids
+    # Mutating one episode's records leaves the other untouched.
+    before = list(b.turns[0].prompt_ids)
+    a.turns[0].prompt_ids.append(-1)
+    assert b.turns[0].prompt_ids == before
+
+
+def test_same_seed_same_episode(tiny_policy_factory):
+    policy = tiny_policy_factory()
+    one, _ = _play(policy, "toy/letters-2", games=1, group=2, seed=5)
+    two, _ = _play(policy, "toy/letters-2", games=1, group=2, seed=5)
+    assert [t.action_ids for t in one[1].turns] == [t.action_ids for t in two[1].turns]
+
+
+def test_truncated_reply_ends_episode(tiny_policy_factory):
+    """Paper rule: a reply without the end-of-turn token is invalid and ends the episode."""
+    policy = tiny_policy_factory()
+    trajs, _ = _play(policy, "toy/letters-3", games=1, group=2, tokens=2, truncated="end")
+    for t in trajs:
+        if not t.turns[0].action_ids[-1] in policy.eos_token_ids:
+            assert t.num_turns == 1 and t.end.value == "truncated_action"
+            assert t.turns[0].status.value == "truncated"
+
+
+@pytest.mark.slow
+def test_invariants_smollm2_textworld(smollm2):
+    """The real model on a real game: invariants hold with the SmolLM2 chat template."""
+    trajs, stats = _play(smollm2, "textworld/w2-o3-q4", games=2, group=2, tokens=10, turns=3,
+                         batch=4)
+    assert stats.episodes == 4
+    _check_invariants(smollm2, trajs)
