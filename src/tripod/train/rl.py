@@ -228,7 +228,7 @@ def _micro_loss(learner: Learner, mb: dict, norm: float) -> tuple[torch.Tensor,
         values = _values(learner, mb, hidden)
         vl = aggregate(value_loss(values, mb["old_values"], mb["returns"], mask, algo.value_clip),
                        mask, algo.loss_agg, norm)
-        stats["value_loss"] = float(vl)
+        stats["value_loss"] = float(vl.detach())
         if shared:
             loss = loss + algo.vf_coef * vl
         else:

@@ -88,7 +88,7 @@ def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, cfg.algo.grad_clip)
                 opt.step()
-                losses.append(float(loss))
+                losses.append(float(loss.detach()))
                 tokens += n
                 progress.update(task, advance=1, description=f"SFT loss {loss:.3f}")
     model.eval()
