@@ -124,7 +124,7 @@ def test_truncated_reply_ends_episode(tiny_policy_factory):
     policy = tiny_policy_factory()
     trajs, _ = _play(policy, "toy/letters-3", games=1, group=2, tokens=2, truncated="end")
     for t in trajs:
-        if not t.turns[0].action_ids[-1] in policy.eos_token_ids:
+        if t.turns[0].action_ids[-1] not in policy.eos_token_ids:
             assert t.num_turns == 1 and t.end.value == "truncated_action"
             assert t.turns[0].status.value == "truncated"
 

@@ -13,6 +13,7 @@ logprobs; training uses these ids, never a re-tokenization of decoded text.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import deque
 from collections.abc import Callable
@@ -304,10 +305,8 @@ def random_actor() -> Actor:
 
 
 def _close_quietly(env: Env) -> None:
-    try:
+    with contextlib.suppress(Exception):  # best effort; the trajectory is already safe
         env.close()
-    except Exception:  # closing is best effort; the trajectory is already safe
-        pass
 
 
 def _describe(exc: BaseException) -> str:
