@@ -55,10 +55,12 @@ def build_messages(cfg: PromptConfig, objective: str, first_obs: str,
     msgs: list[dict[str, str]] = []
     if cfg.system_prompt is not None:
         msgs.append({"role": "system", "content": cfg.system_prompt})
-    msgs.append({"role": "user", "content": first_user_message(cfg, objective, first_obs)})
     kept = history if cfg.history_window is None else history[len(history) - cfg.history_window:]
     if cfg.history_window == 0:
         kept = []
+        if history:  # no past turns shown: the first message carries the latest observation
+            first_obs = history[-1][1]
+    msgs.append({"role": "user", "content": first_user_message(cfg, objective, first_obs)})
     for action, obs in kept:
         msgs.append({"role": "assistant", "content": action})
         msgs.append({"role": "user", "content": later_user_message(obs)})

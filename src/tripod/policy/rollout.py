@@ -13,6 +13,7 @@ logprobs; training uses these ids, never a re-tokenization of decoded text.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import time
 from collections import deque
@@ -104,21 +105,23 @@ class RolloutEngine:
         self.cfg = cfg
         self.env_factory = env_factory or (
             lambda job: make(job.env_id, split=job.split, **cfg.env_options))
-        # Idle envs by (env id, split), reused across episodes and `collect` calls: starting
-        # an env can be costly (TextWorld starts a game process), resetting it is cheap.
-        self._idle: dict[tuple[str, str], list[Env]] = {}
+        # Idle envs, reused across episodes, `collect` calls and (with the default factory)
+        # engines: starting an env can be costly (a TextWorld game process imports textworld
+        # for seconds), resetting one is cheap.
+        self._idle: dict[tuple, list[Env]] = _SHARED_IDLE if env_factory is None else {}
         self._eos_text = policy.tokenizer.decode([policy.eos_token_ids[0]])
 
+    def _key(self, job: EpisodeJob) -> tuple:
+        return (job.env_id, job.split, repr(sorted(self.cfg.env_options.items())))
+
     def _acquire(self, job: EpisodeJob) -> Env:
-        idle = self._idle.get((job.env_id, job.split))
+        idle = self._idle.get(self._key(job))
         return idle.pop() if idle else self.env_factory(job)
 
     def close(self) -> None:
-        """Close every idle env (call when the engine is no longer needed)."""
-        for envs in self._idle.values():
-            for env in envs:
-                _close_quietly(env)
-        self._idle.clear()
+        """Close this engine's idle envs; shared ones stay for other engines until exit."""
+        if self._idle is not _SHARED_IDLE:
+            _close_all(self._idle)
 
     def collect(self, jobs: list[EpisodeJob], sampling: SamplingParams,
                 actor: Actor | None = None) -> tuple[list[Trajectory], RolloutStats]:
@@ -189,7 +192,7 @@ class RolloutEngine:
         if ep.traj.failed:
             _close_quietly(ep.env)
         else:
-            self._idle.setdefault((ep.job.env_id, ep.job.split), []).append(ep.env)
+            self._idle.setdefault(self._key(ep.job), []).append(ep.env)
 
     # -- one turn for every active episode -------------------------------------------------
     def _sample(self, active: list[_Episode], sampling: SamplingParams) -> list[Sample]:
@@ -302,6 +305,19 @@ def random_actor() -> Actor:
         return admissible[int(torch.randint(len(admissible), (1,), generator=rng))], True
 
     return act
+
+
+_SHARED_IDLE: dict[tuple, list[Env]] = {}
+
+
+def _close_all(idle: dict[tuple, list[Env]]) -> None:
+    for envs in idle.values():
+        for env in envs:
+            _close_quietly(env)
+    idle.clear()
+
+
+atexit.register(_close_all, _SHARED_IDLE)
 
 
 def _close_quietly(env: Env) -> None:

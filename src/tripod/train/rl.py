@@ -154,16 +154,16 @@ def prepare_batch(learner: Learner, trajs: list[Trajectory]) -> dict[str, torch.
     rewards = batch["token_rewards"]
     with torch.no_grad():
         if cfg.algo.kl_coef > 0:
-            mb = chunks(list(range(len(rows))), cfg.algo.micro_batch_size)
-            batch["ref_logprobs"] = torch.cat([_reference_logprobs(
-                learner, _select(batch, idx), temperature) for idx in mb])
+            batch["ref_logprobs"] = _per_micro(
+                batch, cfg.algo.micro_batch_size,
+                lambda mb: _reference_logprobs(learner, mb, temperature))
             if cfg.algo.kl_in == "reward":
                 rewards = add_kl_to_rewards(rewards, batch["old_logprobs"], batch["ref_logprobs"],
                                             mask, cfg.algo.kl_coef, cfg.algo.kl_kind)
         values = None
         if learner.critic is not None:
-            mb = chunks(list(range(len(rows))), cfg.algo.micro_batch_size)
-            values = torch.cat([_values(learner, _select(batch, idx)) for idx in mb])
+            values = _per_micro(batch, cfg.algo.micro_batch_size,
+                                lambda mb: _values(learner, mb))
             batch["old_values"] = values
     algo = cfg.algo
     adv = get_estimator(algo.estimator)(
@@ -175,6 +175,13 @@ def prepare_batch(learner: Learner, trajs: list[Trajectory]) -> dict[str, torch.
     batch["advantages"], batch["returns"] = adv.advantages, adv.returns
     batch["adv_stats"] = adv.stats
     return batch
+
+
+def _per_micro(batch: dict, size: int, fn) -> torch.Tensor:
+    """Apply `fn` to micro-batches (trimmed of shared padding); re-pad to [B, T] and stack."""
+    t = batch["input_ids"].shape[1]
+    outs = [fn(_select(batch, idx)) for idx in chunks(list(range(len(batch["input_ids"]))), size)]
+    return torch.cat([torch.nn.functional.pad(o, (0, t - o.shape[1])) for o in outs])
 
 
 def _select(batch: dict, idx: list[int]) -> dict[str, torch.Tensor]:

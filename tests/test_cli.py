@@ -1,0 +1,45 @@
+"""The command line as a user runs it (fast paths: toy env, tiny model)."""
+
+from __future__ import annotations
+
+import json
+
+from tripod.cli import main
+
+
+def test_envs_list(capsys):
+    assert main(["envs", "list"]) == 0
+    out = capsys.readouterr().out
+    assert "textworld/w2-o3-q4" in out and "toy/letters-2" in out
+
+
+def test_play_expert_json(capsys):
+    assert main(["play", "toy/letters-2", "--policy", "expert", "--episodes", "3",
+                 "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["episodes"] == 3 and summary["won"] == 3 and summary["success_rate"] == 1.0
+
+
+def test_unknown_env_lists_valid_ids(capsys):
+    assert main(["play", "textworld/nonsense", "--episodes", "1", "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown env id" in err and "textworld/w2-o3-q4" in err
+
+
+def test_rollout_writes_token_exact_jsonl(tmp_path, capsys):
+    out = tmp_path / "traj.jsonl"
+    assert main(["rollout", "--model", "tiny", "--env", "toy/letters-2", "--episodes", "2",
+                 "--max-new-tokens", "3", "--max-turns", "2", "--out", str(out), "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert summary["episodes"] == 2
+    from tripod.core.types import Trajectory
+
+    trajs = [Trajectory.from_json(json.loads(line)) for line in out.read_text().splitlines()]
+    assert len(trajs) == 2 and all(t.turns[0].action_ids for t in trajs)
+
+
+def test_eval_reports_interval(capsys):
+    assert main(["eval", "--checkpoint", "tiny", "--env", "toy/letters-2", "--episodes", "2",
+                 "--max-new-tokens", "2", "--max-turns", "2", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["episodes"] == 2 and len(res["ci95"]) == 2
