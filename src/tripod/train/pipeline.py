@@ -30,7 +30,8 @@ def prepare_games(cfg: TrainConfig) -> None:
         return
     from tripod.envs.textworld import prepare_games as prepare
 
-    train_games = cfg.rollout.train_pool or cfg.rollout.games_per_iter * cfg.train.iterations
+    used = cfg.rollout.games_per_iter * cfg.train.iterations
+    train_games = min(cfg.rollout.train_pool or used, used)
     plan = [(cfg.env.id, "train", train_games)]
     if cfg.sft.enabled:
         plan.append((cfg.env.id, "sft", cfg.sft.games + cfg.sft.recovery_games))

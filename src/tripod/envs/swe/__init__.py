@@ -1,0 +1,66 @@
+"""SWE environment family: repository tasks solved through tools, scored by their tests.
+
+Env ids:
+- ``swe/generated`` and ``swe/generated-easy|medium|hard``: the default suite of seeded bugs
+  in real PyPI projects (`generator.prepare_suite`; generated on first use, then cached);
+- ``swe/file:PATH``: tasks from a JSONL / JSON / parquet file of SWE-Gym-format instances.
+
+Options (``make(env_id, split, **overrides)``) are the fields of `SweEnvConfig`, plus
+``seed`` for the generated suite. See docs/swe.md for the tool syntax and an example episode.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tripod.envs.registry import register
+from tripod.envs.swe.env import SweEnv, SweEnvConfig
+from tripod.envs.swe.generator import GeneratorConfig, generate_suite, prepare_suite
+from tripod.envs.swe.sandbox import SandboxLimits, run_sandboxed, sandbox_report
+from tripod.envs.swe.task import SweTask, WorkspaceSpec, load_tasks, save_tasks
+from tripod.envs.swe.tools import TOOL_HELP, parse_tool_call
+
+TIERS = ("easy", "medium", "hard")
+
+
+def make_generated(env_id: str, split: str = "train", seed: int = 0,
+                   **overrides: Any) -> SweEnv:
+    """``swe/generated[-TIER]``: the cached default suite, optionally one tier of it."""
+    tasks = prepare_suite(seed)
+    tier = env_id.removeprefix("swe/generated").lstrip("-")
+    if tier:
+        tasks = [t for t in tasks if t.difficulty == tier]
+    return SweEnv(env_id, split, tasks, SweEnvConfig(**overrides))
+
+
+def make_from_file(env_id: str, split: str = "train", **overrides: Any) -> SweEnv:
+    """``swe/file:PATH``: every task of a task file."""
+    return SweEnv(env_id, split, load_tasks(env_id.removeprefix("swe/file:")),
+                  SweEnvConfig(**overrides))
+
+
+register(r"swe/generated(-(easy|medium|hard))?", make_generated,
+         ("swe/generated", "swe/generated-easy", "swe/generated-hard"),
+         "Seeded bugs in real PyPI projects; tools + sandboxed, test-verified rewards")
+register(r"swe/file:.+", make_from_file, ("swe/file:tasks.jsonl",),
+         "SWE-Gym / SWE-bench format task file (local or docker workspaces)")
+
+__all__ = [
+    "TIERS",
+    "TOOL_HELP",
+    "GeneratorConfig",
+    "SandboxLimits",
+    "SweEnv",
+    "SweEnvConfig",
+    "SweTask",
+    "WorkspaceSpec",
+    "generate_suite",
+    "load_tasks",
+    "make_from_file",
+    "make_generated",
+    "parse_tool_call",
+    "prepare_suite",
+    "run_sandboxed",
+    "sandbox_report",
+    "save_tasks",
+]

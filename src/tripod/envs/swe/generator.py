@@ -1,0 +1,352 @@
+"""Offline SWE task generator: seeded bugs in real projects, verified by their own tests.
+
+For each project of `sources.PROJECTS` (fetched once from PyPI as an sdist):
+
+1. run the pristine test suite in the sandbox; its passing tests are the reference;
+2. enumerate AST mutations (`mutations.py`), shuffle them with the seed and try them in that
+   order: a mutant is kept when some reference tests fail (at most `max_failing`, so the
+   bug is specific), every other reference test still passes and is still collected, and
+   a second run gives every test the same outcome (flaky targets would make noisy rewards;
+   local workspaces also seed `random` at interpreter start);
+3. group kept mutants into tasks of one, two or three bugs (several bugs make larger gold
+   patches, often across files: the medium and hard tiers);
+4. write the problem statement from what fails (the failing test line and its error), keep
+   the inverse diff as the gold patch, and check the task through the same workspace code
+   the env uses: FAIL_TO_PASS fail before the gold patch, and with it every target passes.
+
+Everything is deterministic for a seed: candidates are evaluated in parallel but accepted in
+their shuffled order.
+"""
+
+from __future__ import annotations
+
+import ast
+import fcntl
+import hashlib
+import os
+import random
+import re
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tripod.core.paths import cache_dir
+from tripod.envs.swe.mutations import Mutation, apply_mutations, find_mutations
+from tripod.envs.swe.patches import make_patch
+from tripod.envs.swe.sandbox import ABNORMAL_STATUSES, SandboxLimits, detect_violations
+from tripod.envs.swe.scoring import PASSING, parse_pytest_report, score_results
+from tripod.envs.swe.sources import PROJECTS, ProjectSpec, sdist_tree
+from tripod.envs.swe.task import SweTask, WorkspaceSpec, difficulty_of, load_tasks, save_tasks
+from tripod.envs.swe.workspace import LocalWorkspace, apply_patch
+
+GENERATOR_VERSION = 1
+"""Bumped whenever generation changes, so cached suites are rebuilt rather than reused."""
+
+
+@dataclass(frozen=True)
+class GeneratorConfig:
+    """How many tasks of each size to make per project, and what counts as a good bug."""
+
+    seed: int = 0
+    singles: int = 8
+    """Tasks with one injected bug per project."""
+    pairs: int = 3
+    """Tasks with two bugs per project."""
+    triples: int = 3
+    """Tasks with three bugs per project."""
+    max_failing: int = 25
+    """A mutant failing more tests than this is too blunt to make a good issue."""
+    workers: int = max(os.cpu_count() or 1, 1)
+    """Candidates evaluated in parallel (each in its own sandboxed workspace)."""
+    limits: SandboxLimits = field(default_factory=lambda: SandboxLimits(wall_s=30, cpu_s=30))
+    """Per suite run. The suites take 1-2 s; a mutant that makes a loop endless would
+    otherwise hold a worker for the env's default two minutes."""
+
+
+@dataclass
+class _Candidate:
+    mutations: list[Mutation]
+    fail_to_pass: list[str]
+    pass_to_pass: list[str]
+    output: str
+
+
+def _base_task(spec: ProjectSpec) -> SweTask:
+    return SweTask(instance_id=f"{spec.name}__pristine", repo=f"pypi/{spec.name}",
+                   base_commit=f"{spec.name}-{spec.version}", problem_statement="", patch="",
+                   test_patch="", FAIL_TO_PASS=[], PASS_TO_PASS=[],
+                   workspace=WorkspaceSpec(kind="local", source=spec.source,
+                                           python_path=list(spec.python_path)))
+
+
+def _texts(spec: ProjectSpec, mutations: list[Mutation]) -> dict[str, tuple[str, str]]:
+    """{path: (pristine text, mutated text)} of the files the mutations touch."""
+    root = sdist_tree(spec.name, spec.version)
+    out = {}
+    for path in sorted({m.path for m in mutations}):
+        text = (root / path).read_text(encoding="utf-8")
+        out[path] = (text, apply_mutations(text, [m for m in mutations if m.path == path]))
+    return out
+
+
+def bug_patch(spec: ProjectSpec, mutations: list[Mutation]) -> tuple[str, str]:
+    """(setup patch that injects the bugs, gold patch that removes them)."""
+    texts = _texts(spec, mutations)
+    setup = "".join(make_patch(p, a, b) for p, (a, b) in texts.items())
+    gold = "".join(make_patch(p, b, a) for p, (a, b) in texts.items())
+    return setup, gold
+
+
+def run_suite(spec: ProjectSpec, setup_patch: str, limits: SandboxLimits) -> str | None:
+    """Output of the project's suite with `setup_patch` applied (None if the sandbox had to
+    stop the run)."""
+    return _SuiteRun(spec, setup_patch, limits).run_and_close()
+
+
+class _SuiteRun:
+    """One workspace of a project: run the suite, optionally patch it and run again."""
+
+    def __init__(self, spec: ProjectSpec, setup_patch: str, limits: SandboxLimits) -> None:
+        task = _base_task(spec)
+        task.workspace.setup_patch = setup_patch
+        self.spec, self.limits = spec, limits
+        self.ws = LocalWorkspace.create(task)
+
+    def run(self) -> str | None:
+        result = self.ws.run_tests(list(self.spec.tests), self.limits)
+        return None if result.status in ABNORMAL_STATUSES else result.output
+
+    def run_and_close(self) -> str | None:
+        try:
+            return self.run()
+        finally:
+            self.ws.close()
+
+
+def _evaluate(spec: ProjectSpec, mutations: list[Mutation], reference: dict[str, str],
+              config: GeneratorConfig) -> _Candidate | None:
+    """Keep the mutant iff it breaks a few reference tests, leaves the rest passing, and
+    its gold patch makes every reference test pass again (checked only for survivors of
+    the first run, which most mutants are not)."""
+    setup, gold = bug_patch(spec, mutations)
+    suite = _SuiteRun(spec, setup, config.limits)
+    try:
+        before_out = suite.run()
+        if before_out is None or detect_violations(before_out):
+            return None
+        before = parse_pytest_report(before_out)
+        passing = [t for t, s in reference.items() if s in PASSING]
+        if len(before) < len(reference):  # some tests were no longer collected
+            return None
+        f2p = [t for t in passing if before.get(t) not in PASSING]
+        p2p = [t for t in passing if before.get(t) in PASSING]
+        if not 1 <= len(f2p) <= config.max_failing:
+            return None
+        again = suite.run()  # flaky outcomes (timing, threads) would make noisy rewards
+        if again is None or parse_pytest_report(again) != before:
+            return None
+        apply_patch(suite.ws, gold)
+        after_out = suite.run()
+    finally:
+        suite.ws.close()
+    if after_out is None or score_results(parse_pytest_report(after_out), f2p, p2p).binary != 1:
+        return None
+    return _Candidate(mutations, f2p, p2p, before_out)
+
+
+_SECTION = re.compile(r"^_{3,} (.+?) _{3,}$")
+_ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+_NOISE_CALLS = {"list", "tuple", "set", "dict", "len", "sorted", "str", "repr", "iter",
+                "next", "isinstance", "type", "raises", "assertEqual", "assertTrue",
+                "assertFalse", "assertRaises", "assertIs", "assertIn", "equal", "eq"}
+
+
+def _failure_sections(output: str) -> dict[str, list[str]]:
+    sections: dict[str, list[str]] = {}
+    current: list[str] | None = None
+    for line in output.splitlines():
+        match = _SECTION.match(line)
+        if match:
+            current = sections.setdefault(match.group(1), [])
+        elif line.startswith("=") and current is not None:
+            current = None
+        elif current is not None:
+            current.append(line)
+    return sections
+
+
+def _example(test_id: str, sections: dict[str, list[str]]) -> tuple[str, list[str]] | None:
+    """(the failing line of the test, the error lines) of one failing test."""
+    key = test_id.split("::", 1)[-1].replace("::", ".")
+    lines = sections.get(key)
+    if not lines:
+        return None
+    code = next((ln.strip() for ln in lines if ln.startswith("    ") and ln.strip()), "")
+    # Object addresses differ from run to run; they are noise in an issue text.
+    errors = [_ADDRESS.sub("", ln[1:].strip()) for ln in lines if ln.startswith("E ")][:6]
+    return (code, errors) if code and errors else None
+
+
+def _subject(code: str) -> str | None:
+    """The library function a failing line exercises (the first call that is not a
+    builtin or an assertion helper)."""
+    try:
+        tree = ast.parse(code.removeprefix("assert ").rstrip(":"), mode="exec")
+    except SyntaxError:
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            func = node.func
+            name = func.id if isinstance(func, ast.Name) else (
+                func.attr if isinstance(func, ast.Attribute) else None)
+            if name and name not in _NOISE_CALLS and not name.startswith("_"):
+                return name
+    return None
+
+
+def problem_statement(spec: ProjectSpec, cand: _Candidate, rng: random.Random) -> str:
+    """An issue written from the failing behaviour: the code that fails and its error."""
+    sections = _failure_sections(cand.output)
+    examples = []
+    for test_id in cand.fail_to_pass:
+        found = _example(test_id, sections)
+        if found and all(found[0] != e[1][0] for e in examples):
+            examples.append((test_id, found))
+        if len(examples) == 3:
+            break
+    subjects = [s for _, (code, _) in examples if (s := _subject(code))]
+    title = (f"`{subjects[0]}` gives wrong results" if subjects
+             else "Regression: results differ from the documented behaviour")
+    opener = rng.choice([
+        f"Something in {spec.name} {spec.version} is broken.",
+        f"After installing {spec.name} {spec.version} some calls misbehave.",
+        f"I am seeing wrong behaviour in {spec.name} {spec.version}.",
+    ])
+    parts = [title, "", opener, ""]
+    for test_id, (code, errors) in examples:
+        parts += ["This check from the project's tests:", "", f"    {code}", "",
+                  "fails with:", "", *[f"    {e}" for e in errors], "",
+                  f"(from `{test_id}`)", ""]
+    if not examples:
+        parts += ["These tests fail: " + ", ".join(cand.fail_to_pass[:5]), ""]
+    total = len(cand.fail_to_pass)
+    verb = "tests of the suite fail" if total > 1 else "test of the suite fails"
+    parts.append(f"In total {total} {verb}; the rest pass. The tests are right; the "
+                 "library code is not.")
+    return "\n".join(parts)
+
+
+def _split_of(instance_id: str) -> str:
+    """A stable split per task: 70% train, 10% valid, 20% test."""
+    bucket = int(hashlib.sha256(instance_id.encode()).hexdigest()[:8], 16) % 10
+    return "train" if bucket < 7 else ("valid" if bucket == 7 else "test")
+
+
+def make_task(spec: ProjectSpec, cand: _Candidate, rng: random.Random) -> SweTask:
+    setup, gold = bug_patch(spec, cand.mutations)
+    digest = hashlib.sha256(setup.encode()).hexdigest()[:10]
+    instance_id = f"{spec.name}__mut-{digest}"
+    task = _base_task(spec)
+    task.instance_id = instance_id
+    task.problem_statement = problem_statement(spec, cand, rng)
+    task.patch = gold
+    task.workspace.setup_patch = setup
+    task.FAIL_TO_PASS = cand.fail_to_pass
+    task.PASS_TO_PASS = cand.pass_to_pass
+    task.difficulty = difficulty_of(gold)
+    task.split = _split_of(instance_id)
+    task.metadata = {"project": spec.name, "version": spec.version,
+                     "operators": [m.operator for m in cand.mutations],
+                     "bugs": [m.description for m in cand.mutations],
+                     "files": sorted({m.path for m in cand.mutations})}
+    return task
+
+
+def _groups(pool: list[_Candidate], size: int, count: int) -> list[list[Mutation]]:
+    """Up to `count` disjoint groups of `size` kept mutants, taken out of `pool`; bugs in
+    different files are preferred and lines never overlap."""
+    groups = []
+    for _ in range(count):
+        group: list[_Candidate] = []
+        for cand in sorted(pool, key=lambda c: any(c.mutations[0].path == g.mutations[0].path
+                                                   for g in group)):
+            if len(group) == size:
+                break
+            if not any(m.overlaps(g.mutations[0]) for g in group for m in cand.mutations):
+                group.append(cand)
+        if len(group) < size:
+            break
+        for g in group:
+            pool.remove(g)
+        groups.append([m for g in group for m in g.mutations])
+    return groups
+
+
+def _accept_singles(spec: ProjectSpec, mutations: list[Mutation], reference: dict[str, str],
+                    config: GeneratorConfig, wanted: int,
+                    pool: ThreadPoolExecutor) -> list[_Candidate]:
+    """Evaluate mutants in seeded order, a batch at a time, until `wanted` are kept."""
+    accepted: list[_Candidate] = []
+    for start in range(0, len(mutations), config.workers * 2):
+        batch = mutations[start:start + config.workers * 2]
+        results = pool.map(lambda m: _evaluate(spec, [m], reference, config), batch)
+        accepted.extend(c for c in results if c is not None)
+        if len(accepted) >= wanted:
+            break
+    return accepted
+
+
+def generate_project(spec: ProjectSpec, config: GeneratorConfig) -> list[SweTask]:
+    """The tasks of one project (see the module docstring for the procedure)."""
+    rng = random.Random(f"{config.seed}:{spec.name}")
+    ref_out = run_suite(spec, "", config.limits)
+    if ref_out is None:
+        raise RuntimeError(f"the pristine test suite of {spec.name} did not finish")
+    reference = parse_pytest_report(ref_out)
+    root = sdist_tree(spec.name, spec.version)
+    mutations = [m for path in spec.modules
+                 for m in find_mutations(path, (root / path).read_text(encoding="utf-8"))]
+    rng.shuffle(mutations)
+    in_groups = 2 * config.pairs + 3 * config.triples
+    # Spares for spare groups: bugs that interact (break too much together) are dropped.
+    wanted = config.singles + in_groups + in_groups // 2
+    with ThreadPoolExecutor(max_workers=config.workers) as pool:
+        accepted = _accept_singles(spec, mutations, reference, config, wanted, pool)
+        left = accepted[config.singles:]
+        plan = [(2, g) for g in _groups(left, 2, config.pairs)]
+        plan += [(3, g) for g in _groups(left, 3, config.triples)]
+        plan += [(2, g) for g in _groups(left, 2, config.pairs)]  # spare groups
+        plan += [(3, g) for g in _groups(left, 3, config.triples)]
+        combined = list(pool.map(lambda g: _evaluate(spec, g[1], reference, config), plan))
+    multi = []
+    for size, count in ((2, config.pairs), (3, config.triples)):
+        ok = [c for (n, _), c in zip(plan, combined) if n == size and c is not None]
+        multi.extend(ok[:count])
+    cands = accepted[:config.singles] + multi
+    return [make_task(spec, c, rng) for c in cands]
+
+
+def generate_suite(config: GeneratorConfig = GeneratorConfig(),
+                   projects: tuple[str, ...] = tuple(PROJECTS)) -> list[SweTask]:
+    """Tasks from every project, in a fixed order."""
+    return [t for name in projects for t in generate_project(PROJECTS[name], config)]
+
+
+def suite_path(seed: int = 0) -> Path:
+    return cache_dir("swe", "suites") / f"generated-v{GENERATOR_VERSION}-seed{seed}.jsonl"
+
+
+def prepare_suite(seed: int = 0, config: GeneratorConfig | None = None) -> list[SweTask]:
+    """The default `swe/generated` suite: generated once per seed, then read from cache.
+
+    A file lock keeps concurrent processes from generating the same suite twice."""
+    config = config or GeneratorConfig(seed=seed)
+    path = suite_path(seed)
+    lock = path.with_suffix(".lock")
+    with lock.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        if not path.exists():
+            tmp = path.with_suffix(".tmp")
+            save_tasks(generate_suite(config), tmp)
+            tmp.replace(path)
+    return load_tasks(path)

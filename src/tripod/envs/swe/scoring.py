@@ -1,0 +1,70 @@
+"""Verified rewards: read per-test outcomes from a pytest run and score them.
+
+Outcomes come from pytest's ``-rA`` short summary (one ``PASSED id`` / ``FAILED id - msg``
+line per test), the same lines SWE-bench's log parser reads, so SWE-Gym test ids match.
+A target test missing from the report (not collected, crashed run) counts as failing.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+_SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS) (.+)$")
+PASSING = ("PASSED", "XFAIL")
+"""Statuses counted as passing (SWE-bench counts an expected failure as a pass)."""
+
+
+def parse_pytest_report(output: str) -> dict[str, str]:
+    """{test id: status} from the ``-rA`` summary lines of a pytest run."""
+    results: dict[str, str] = {}
+    for line in output.splitlines():
+        match = _SUMMARY.match(line.rstrip())
+        if not match:
+            continue
+        status, rest = match.groups()
+        test_id = rest.split(" - ", 1)[0].strip() if status != "PASSED" else rest.strip()
+        # A test reported twice (e.g. passed, then an error in teardown) keeps the worst.
+        is_test = "::" in test_id or test_id.endswith(".py")
+        if is_test and results.get(test_id) not in ("FAILED", "ERROR"):
+            results[test_id] = status
+    return results
+
+
+@dataclass(frozen=True)
+class TargetScore:
+    """How the instance's target tests fared in one run."""
+
+    f2p_passed: int
+    f2p_total: int
+    p2p_failed: int
+    """PASS_TO_PASS tests that no longer pass (broken by the patch)."""
+    p2p_total: int
+
+    @property
+    def binary(self) -> float:
+        """1 iff every FAIL_TO_PASS test passes and no PASS_TO_PASS test broke."""
+        return float(self.f2p_passed == self.f2p_total and self.p2p_failed == 0)
+
+    def ratio(self, broken_penalty: float = 1.0) -> float:
+        """Share of FAIL_TO_PASS tests passing, minus `broken_penalty` times the share of
+        PASS_TO_PASS tests broken, floored at 0. An empty or useless patch fixes no target
+        and so earns 0 (counting the still-passing PASS_TO_PASS tests would pay it for
+        doing nothing); a fix that breaks other tests earns less than a clean one."""
+        fixed = self.f2p_passed / self.f2p_total if self.f2p_total else 1.0
+        broken = self.p2p_failed / self.p2p_total if self.p2p_total else 0.0
+        return max(0.0, fixed - broken_penalty * broken)
+
+
+def score_results(results: dict[str, str], fail_to_pass: list[str],
+                  pass_to_pass: list[str]) -> TargetScore:
+    """Count target outcomes; absent tests count as failing."""
+    f2p = sum(results.get(t) in PASSING for t in fail_to_pass)
+    p2p_failed = sum(results.get(t) not in PASSING for t in pass_to_pass)
+    return TargetScore(f2p_passed=f2p, f2p_total=len(fail_to_pass), p2p_failed=p2p_failed,
+                     p2p_total=len(pass_to_pass))
+
+
+def zero_score(fail_to_pass: list[str], pass_to_pass: list[str]) -> TargetScore:
+    """The score of a run that produced no results (everything counts as failing)."""
+    return TargetScore(0, len(fail_to_pass), len(pass_to_pass), len(pass_to_pass))

@@ -1,0 +1,337 @@
+"""The text-level tool interface: parse one tool call from model output, run file tools.
+
+One tool call per turn, written as a command line (optionally inside a ``` fence)::
+
+    list [PATH]
+    view PATH [START-END]
+    search TEXT [PATH]            (TEXT may be quoted: search "def foo" src/)
+    edit PATH                     replace one exact occurrence:
+    <<<<<<< SEARCH
+    old lines
+    =======
+    new lines
+    >>>>>>> REPLACE
+    edit PATH START-END           replace lines START..END (inclusive):
+    <<<<<<< LINES
+    new lines
+    >>>>>>> LINES
+    run_tests [TEST ...]
+    submit
+
+Parsing is forgiving where intent is clear (a ``<think>`` block, prose around the call, a
+fence, ``$ `` or ``Action:`` prefixes, aliases such as ``cat`` or ``pytest``, a range written
+``10:20`` or ``10 20``) and precise where it is not: anything else is an error whose message
+shows the valid form, so the agent can correct itself on the next turn.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+
+from tripod.envs.swe.patches import split_lines
+from tripod.envs.swe.workspace import Workspace, clean_relpath
+
+TOOLS = ("list", "view", "search", "edit", "run_tests", "submit")
+_ALIASES = {"ls": "list", "cat": "view", "grep": "search", "str_replace": "edit",
+            "pytest": "run_tests", "finish": "submit"}
+USAGE = {
+    "list": "list [PATH]                 list the files under PATH (default: the repository)",
+    "view": "view PATH [START-END]       show a file with line numbers (or a line range)",
+    "search": 'search TEXT [PATH]          find a literal TEXT (quote it if it has spaces)',
+    "edit": ("edit PATH                   replace one exact occurrence of the SEARCH lines:\n"
+             "<<<<<<< SEARCH\nold lines, copied exactly\n=======\nnew lines\n>>>>>>> REPLACE\n"
+             "edit PATH START-END         replace lines START..END (inclusive):\n"
+             "<<<<<<< LINES\nnew lines\n>>>>>>> LINES"),
+    "run_tests": "run_tests [TEST ...]        run the task's tests, or given files / test ids",
+    "submit": "submit                      finish; your changes are scored by the tests",
+}
+TOOL_HELP = "\n".join(USAGE[t] for t in TOOLS)
+"""The reference card shown in the objective and after a malformed call."""
+
+VIEW_MAX_LINES = 150
+LIST_MAX_ENTRIES = 300
+SEARCH_MAX_HITS = 50
+
+
+class ToolCallError(ValueError):
+    """A tool call that cannot be parsed or executed; the message is shown to the agent."""
+
+    def __init__(self, message: str, tool: str | None = None) -> None:
+        super().__init__(message)
+        self.tool = tool
+
+    def observation(self) -> str:
+        usage = USAGE.get(self.tool or "", TOOL_HELP)
+        return f"Invalid tool call: {self}\nA valid call looks like:\n{usage}"
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One parsed tool call."""
+
+    name: str
+    path: str = ""
+    start: int | None = None
+    end: int | None = None
+    text: str = ""
+    """search: the literal to find."""
+    old: str | None = None
+    """edit: the SEARCH text (None for a line-range edit)."""
+    new: str = ""
+    """edit: the replacement text."""
+    tests: tuple[str, ...] = ()
+
+    def render(self) -> str:
+        """The canonical text of this call (what the expert emits)."""
+        span = f" {self.start}-{self.end}" if self.start is not None else ""
+        if self.name == "edit":
+            if self.old is None:
+                return f"edit {self.path}{span}\n<<<<<<< LINES\n{self.new}>>>>>>> LINES"
+            return (f"edit {self.path}\n<<<<<<< SEARCH\n{self.old}=======\n{self.new}"
+                    ">>>>>>> REPLACE")
+        if self.name == "search":
+            return f"search {shlex.quote(self.text)}" + (f" {self.path}" if self.path else "")
+        if self.name == "run_tests":
+            return " ".join(["run_tests", *self.tests])
+        return " ".join(p for p in (self.name, self.path) if p) + span
+
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+_FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
+_PREFIX = re.compile(r"^\s*(?:\$\s+|>\s+|[Aa]ction\s*:\s*|[Tt]ool\s*:\s*|`)*")
+_RANGE = re.compile(r"^(\d+)\s*(?:-|:|,|\s)\s*(\d+)$")
+_START, _SEP, _END = re.compile(r"^\s*<{5,}"), re.compile(r"^\s*={5,}\s*$"), re.compile(r"^\s*>{5,}")
+
+
+def _tool_of(line: str) -> tuple[str, str] | None:
+    stripped = _PREFIX.sub("", line).rstrip("`").rstrip()
+    head, _, rest = stripped.partition(" ")
+    name = _ALIASES.get(head.lower(), head.lower())
+    return (name, rest.strip()) if name in TOOLS and head == head.strip() else None
+
+
+def _call_lines(text: str) -> list[str]:
+    """The lines holding the call: the last fenced block with a tool line, else all text."""
+    text = _THINK.sub("", text)
+    blocks = [b for b in _FENCE.findall(text) if any(_tool_of(ln) for ln in b.splitlines())]
+    return (blocks[-1] if blocks else text).splitlines()
+
+
+def parse_tool_call(text: str) -> ToolCall:
+    """The first tool call in `text`. Raises `ToolCallError` with a correction hint."""
+    lines = _call_lines(text if isinstance(text, str) else str(text))
+    for i, line in enumerate(lines):
+        found = _tool_of(line)
+        if found:
+            name, rest = found
+            return _parse_args(name, rest, lines[i + 1:])
+    raise ToolCallError("no tool call found; write exactly one call on its own line, "
+                        "starting with one of: " + ", ".join(TOOLS))
+
+
+def _split_args(rest: str, tool: str) -> list[str]:
+    try:
+        return shlex.split(rest)
+    except ValueError as exc:
+        raise ToolCallError(f"cannot read the arguments ({exc})", tool) from exc
+
+
+def _path(raw: str, tool: str) -> str:
+    try:
+        return clean_relpath(raw)
+    except ValueError as exc:
+        raise ToolCallError(str(exc), tool) from exc
+
+
+def _test_id(raw: str) -> str:
+    file_part, sep, rest = raw.partition("::")
+    return _path(file_part, "run_tests") + sep + rest
+
+
+def _range(args: list[str], tool: str) -> tuple[int, int] | None:
+    if not args:
+        return None
+    match = _RANGE.match(" ".join(args).strip())
+    if not match:
+        raise ToolCallError(f"cannot read the line range {' '.join(args)!r}; write START-END",
+                            tool)
+    start, end = int(match.group(1)), int(match.group(2))
+    if start < 1 or end < start - 1:
+        raise ToolCallError(f"bad line range {start}-{end}: lines count from 1 and END must "
+                            "not be before START (END = START-1 inserts before START)", tool)
+    return start, end
+
+
+def _parse_args(name: str, rest: str, after: list[str]) -> ToolCall:
+    if name == "search":
+        return _parse_search(rest)
+    args = _split_args(rest, name)
+    if name == "submit":
+        return ToolCall("submit")
+    if name == "list":
+        return ToolCall("list", path=_path(args[0], name) if args else "")
+    if name == "run_tests":
+        bad = [a for a in args if a.startswith("-")]
+        if bad:
+            raise ToolCallError(f"options are not allowed ({' '.join(bad)}); name test files "
+                                "or ids such as tests/test_x.py::test_y", name)
+        return ToolCall("run_tests", tests=tuple(_test_id(a) for a in args))
+    if not args:
+        raise ToolCallError(f"{name} needs a file path", name)
+    path = _path(args[0], name)
+    span = _range(args[1:], name)
+    if name == "view":
+        return ToolCall("view", path=path, start=span[0] if span else None,
+                        end=span[1] if span else None)
+    return _parse_edit(path, span, after)
+
+
+def _parse_search(rest: str) -> ToolCall:
+    try:
+        args = shlex.split(rest)
+    except ValueError:  # e.g. an apostrophe in unquoted text: take the text as written
+        args = [rest]
+    if not args or not args[0]:
+        raise ToolCallError("search needs the text to find", "search")
+    if len(args) > 2:
+        raise ToolCallError("quote a search text that has spaces", "search")
+    return ToolCall("search", text=args[0], path=_path(args[1], "search") if len(args) > 1 else "")
+
+
+def _parse_edit(path: str, span: tuple[int, int] | None, after: list[str]) -> ToolCall:
+    start = next((i for i, ln in enumerate(after) if _START.match(ln)), None)
+    if start is None:
+        raise ToolCallError("edit needs a block after the command line", "edit")
+    end = next((i for i in range(start + 1, len(after)) if _END.match(after[i])), None)
+    if end is None:
+        raise ToolCallError("the edit block is not closed (end it with >>>>>>> REPLACE or "
+                            ">>>>>>> LINES)", "edit")
+    body = after[start + 1:end]
+    sep = next((i for i, ln in enumerate(body) if _SEP.match(ln)), None)
+    if span is not None:
+        if sep is not None:
+            raise ToolCallError("a line-range edit takes only the new lines (no =======)", "edit")
+        return ToolCall("edit", path=path, start=span[0], end=span[1], new=_join(body))
+    if sep is None:
+        raise ToolCallError("a SEARCH/REPLACE edit needs a ======= line between the old and "
+                            "the new lines (or give a line range)", "edit")
+    return ToolCall("edit", path=path, old=_join(body[:sep]), new=_join(body[sep + 1:]))
+
+
+def _join(lines: list[str]) -> str:
+    return "".join(line + "\n" for line in lines)
+
+
+# --- file tools ------------------------------------------------------------------------
+
+
+def tool_list(ws: Workspace, call: ToolCall) -> str:
+    files = ws.list_files(call.path)
+    if not files:
+        raise ToolCallError(f"no files under {call.path or '.'!r}", "list")
+    shown = files[:LIST_MAX_ENTRIES]
+    more = f"\n... and {len(files) - len(shown)} more" if len(files) > len(shown) else ""
+    return f"{len(files)} files under {call.path or '.'}:\n" + "\n".join(shown) + more
+
+
+def _numbered(lines: list[str], first: int) -> str:
+    return "".join(f"{first + i:>5}  {line if line.endswith(chr(10)) else line + chr(10)}"
+                   for i, line in enumerate(lines))
+
+
+def tool_view(ws: Workspace, call: ToolCall) -> str:
+    text = ws.read_text(call.path)
+    if text is None:
+        if ws.is_dir(call.path):
+            return tool_list(ws, call)
+        raise ToolCallError(f"no file {call.path!r} (use list to see the files)", "view")
+    lines = split_lines(text)
+    start = call.start or 1
+    end = min(call.end or start + VIEW_MAX_LINES - 1, len(lines), start + VIEW_MAX_LINES - 1)
+    if lines and start > len(lines):
+        raise ToolCallError(f"{call.path} has only {len(lines)} lines", "view")
+    header = f"{call.path} (lines {start}-{end} of {len(lines)})\n"
+    hint = (f"... use view {call.path} {end + 1}-{min(end + VIEW_MAX_LINES, len(lines))} "
+            "to see more\n" if end < len(lines) else "")
+    return header + _numbered(lines[start - 1:end], start) + hint
+
+
+def _matches(ws: Workspace, call: ToolCall) -> list[tuple[str, int, str]]:
+    grep = getattr(ws, "grep", None)  # workspaces that can search natively (docker)
+    if grep is not None:
+        return grep(call.text, call.path)
+    found = []
+    files = ws.list_files(call.path) if call.path == "" or ws.is_dir(call.path) else [call.path]
+    for rel in files:
+        text = ws.read_text(rel)
+        if text is None or len(text) > 2_000_000 or call.text not in text:
+            continue
+        found += [(rel, n, line) for n, line in enumerate(split_lines(text), start=1)
+                  if call.text in line]
+    return found
+
+
+def tool_search(ws: Workspace, call: ToolCall) -> str:
+    matches = _matches(ws, call)
+    total = len(matches)
+    hits = [f"{rel}:{n}: {line.rstrip()[:200]}" for rel, n, line in matches[:SEARCH_MAX_HITS]]
+    if not hits:
+        return f"no matches for {call.text!r}" + (f" under {call.path}" if call.path else "")
+    more = f"\n... {total - len(hits)} more matches" if total > len(hits) else ""
+    return f"{total} matches for {call.text!r}:\n" + "\n".join(hits) + more
+
+
+def edited_text(current: str | None, call: ToolCall) -> str:
+    """The file text after an edit call; raises `ToolCallError` if it does not apply."""
+    if call.old is None:
+        return _replace_lines(current, call)
+    if current is None:
+        if call.old.strip():
+            raise ToolCallError(f"no file {call.path!r}; to create it, leave SEARCH empty",
+                                "edit")
+        return call.new
+    if not call.old.strip():
+        raise ToolCallError("SEARCH is empty; copy the lines to replace exactly", "edit")
+    old, new = call.old, call.new
+    count = current.count(old)
+    if count == 0 and old.endswith("\n") and current.endswith(old[:-1]):
+        old, new = old[:-1], new[:-1] if new.endswith("\n") else new
+        count = current.count(old)
+    if count == 0:
+        raise ToolCallError(f"the SEARCH lines were not found in {call.path}; view the file "
+                            "and copy them exactly, indentation included", "edit")
+    if count > 1:
+        raise ToolCallError(f"the SEARCH lines occur {count} times in {call.path}; include "
+                            "more surrounding lines so they match once", "edit")
+    return current.replace(old, new, 1)
+
+
+def _replace_lines(current: str | None, call: ToolCall) -> str:
+    if current is None:
+        raise ToolCallError(f"no file {call.path!r}", "edit")
+    lines = split_lines(current)
+    assert call.start is not None and call.end is not None
+    if call.end > len(lines) or call.start > len(lines) + 1:
+        raise ToolCallError(f"{call.path} has {len(lines)} lines; range {call.start}-"
+                            f"{call.end} is outside it", "edit")
+    if call.end >= call.start and lines and not lines[call.end - 1].endswith("\n"):
+        new = call.new[:-1] if call.new.endswith("\n") else call.new  # keep a missing EOL
+    else:
+        new = call.new
+    return "".join(lines[:call.start - 1]) + new + "".join(lines[call.end:])
+
+
+def edit_summary(path: str, before: str | None, after: str) -> str:
+    """What the agent sees after an edit: the changed region with line numbers."""
+    old_lines, new_lines = split_lines(before or ""), split_lines(after)
+    first = next((i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b),
+                 min(len(old_lines), len(new_lines)))
+    tail = 0
+    while (tail < min(len(old_lines), len(new_lines)) - first
+           and old_lines[-1 - tail] == new_lines[-1 - tail]):
+        tail += 1
+    lo, hi = max(first - 3, 0), min(len(new_lines) - tail + 3, len(new_lines))
+    return (f"Edited {path}; lines {lo + 1}-{hi} now read:\n"
+            + _numbered(new_lines[lo:hi][:60], lo + 1))

@@ -1,0 +1,331 @@
+"""Workspaces: the files one episode works on, and the way their tests are run.
+
+`LocalWorkspace` is a fresh folder copy per episode whose tests run in the tripod sandbox
+(`sandbox.run_sandboxed`) with a host Python. `DockerWorkspace` is one container per episode
+from the instance's image (as SWE-Gym publishes them), driven through the Docker CLI with
+no network and capped memory and processes. Both expose the same small file API, so tools,
+patches and scoring never branch on the kind.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import uuid
+from pathlib import Path, PurePosixPath
+from typing import Protocol
+
+from tripod.envs.base import EnvError
+from tripod.envs.swe.patches import apply_patch_to_texts, patched_paths
+from tripod.envs.swe.sandbox import RunResult, SandboxLimits, run_capped, run_sandboxed
+from tripod.envs.swe.task import SweTask
+
+PRIVATE_DIR = ".tripod"
+"""Folder inside a local workspace holding the sandbox's HOME and TMPDIR (hidden from tools)."""
+_SITECUSTOMIZE = (
+    "# Written by tripod: seed `random` at interpreter start so that test outcomes that\n"
+    "# depend on it (e.g. a random-replacement cache) are the same in every run.\n"
+    "import random\nrandom.seed(0)\n")
+_HIDDEN_PARTS = {PRIVATE_DIR, ".git", "__pycache__", ".pytest_cache", ".mypy_cache", ".tox"}
+
+
+def clean_relpath(raw: str, label: str = "/workspace") -> str:
+    """A workspace-relative POSIX path from what an agent wrote; ValueError if it escapes."""
+    text = raw.strip().strip("'\"`")
+    for prefix in (label.rstrip("/") + "/", label):
+        if text.startswith(prefix):
+            text = text[len(prefix):]
+    path = PurePosixPath(text.lstrip("/"))
+    parts = [p for p in path.parts if p not in ("", ".")]
+    if ".." in parts:
+        raise ValueError(f"path {raw!r} leaves the repository (no '..' allowed)")
+    return "/".join(parts)
+
+
+def _visible(rel: str) -> bool:
+    return not any(part in _HIDDEN_PARTS or part.endswith(".egg-info") for part in rel.split("/"))
+
+
+class Workspace(Protocol):
+    """The files of one episode (paths are relative to the repository root)."""
+
+    label: str
+    """How the repository root is named to the agent (e.g. "/workspace")."""
+
+    def read_text(self, path: str) -> str | None:
+        """The file's text, or None if there is no such file."""
+        ...
+
+    def write_text(self, path: str, text: str | None) -> None:
+        """Create or overwrite a file (None deletes it)."""
+        ...
+
+    def is_dir(self, path: str) -> bool: ...
+
+    def list_files(self, path: str = "") -> list[str]:
+        """Visible files under `path`, sorted (caches and private folders left out)."""
+        ...
+
+    def run_tests(self, tests: list[str], limits: SandboxLimits) -> RunResult:
+        """Run the task's test command on `tests` (files or pytest node ids)."""
+        ...
+
+    def close(self) -> None: ...
+
+
+def apply_patch(ws: Workspace, patch_text: str) -> None:
+    """Apply a unified diff to a workspace through its file API."""
+    if not patch_text.strip():
+        return
+    texts = {path: ws.read_text(path) for path in patched_paths(patch_text)}
+    for path, text in apply_patch_to_texts(texts, patch_text).items():
+        ws.write_text(path, text)
+
+
+def expand_test_cmd(template: list[str], tests: list[str], python: str) -> list[str]:
+    """Fill "{tests}" (one argv element per test; joined when embedded in a longer string,
+    e.g. a shell command) and "{python}" in a test command template."""
+    argv: list[str] = []
+    for part in template:
+        if part == "{tests}":
+            argv.extend(tests)
+        else:
+            argv.append(part.replace("{python}", python).replace("{tests}", " ".join(tests)))
+    return argv
+
+
+class LocalWorkspace:
+    """A private folder copy of the repository; tests run sandboxed on the host."""
+
+    label = "/workspace"
+
+    def __init__(self, root: Path, task: SweTask) -> None:
+        self.root = root.resolve()
+        self.task = task
+        self.python = task.workspace.python or sys.executable
+
+    @classmethod
+    def create(cls, task: SweTask, parent: Path | None = None) -> LocalWorkspace:
+        """Copy the task's source into a new folder and apply its setup patch."""
+        parent = parent or Path(tempfile.gettempdir())
+        parent.mkdir(parents=True, exist_ok=True)
+        root = Path(tempfile.mkdtemp(prefix=f"swe-{_slug(task.instance_id)}-", dir=parent))
+        try:
+            _materialise(task, root / "repo")
+            ws = cls(root / "repo", task)
+            for sub in ("home", "tmp", "site"):
+                (ws.root / PRIVATE_DIR / sub).mkdir(parents=True, exist_ok=True)
+            (ws.root / PRIVATE_DIR / "site" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
+            apply_patch(ws, task.workspace.setup_patch)
+        except BaseException:
+            shutil.rmtree(root, ignore_errors=True)
+            raise
+        return ws
+
+    def _abs(self, path: str) -> Path:
+        target = (self.root / path).resolve()
+        if target != self.root and self.root not in target.parents:
+            raise ValueError(f"path {path!r} leaves the repository")
+        return target
+
+    def read_text(self, path: str) -> str | None:
+        target = self._abs(path)
+        if not target.is_file():
+            return None
+        return target.read_bytes().decode("utf-8", errors="replace")
+
+    def write_text(self, path: str, text: str | None) -> None:
+        target = self._abs(path)
+        if text is None:
+            target.unlink(missing_ok=True)
+            return
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(text.encode("utf-8"))
+
+    def is_dir(self, path: str) -> bool:
+        return self._abs(path).is_dir()
+
+    def list_files(self, path: str = "") -> list[str]:
+        base = self._abs(path)
+        if base.is_file():
+            return [path]
+        found = []
+        for dirpath, dirnames, filenames in os.walk(base):
+            dirnames[:] = sorted(d for d in dirnames if _visible(d))
+            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
+            for name in filenames:
+                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
+                if _visible(rel) and not name.endswith((".pyc", ".pyo")):
+                    found.append(rel)
+        return sorted(found)
+
+    def run_tests(self, tests: list[str], limits: SandboxLimits) -> RunResult:
+        spec = self.task.workspace
+        argv = expand_test_cmd(spec.resolved_test_cmd(), tests, self.python)
+        return run_sandboxed(argv, self.root, env=self._env(), limits=limits)
+
+    def _env(self) -> dict[str, str]:
+        private = self.root / PRIVATE_DIR
+        python_dir = str(Path(self.python).parent)
+        env = {
+            "PATH": f"{python_dir}:/usr/local/bin:/usr/bin:/bin",
+            "HOME": str(private / "home"), "TMPDIR": str(private / "tmp"),
+            "PYTHONPATH": os.pathsep.join([*(str(self.root / p) for p in
+                                             self.task.workspace.python_path),
+                                           str(private / "site")]),
+            "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "LANG": "C.UTF-8",
+            "NO_COLOR": "1",
+        }
+        env.update(self.task.workspace.env)
+        return env
+
+    def close(self) -> None:
+        shutil.rmtree(self.root.parent, ignore_errors=True)
+
+
+def _slug(text: str) -> str:
+    return "".join(c if c.isalnum() else "-" for c in text)[:40]
+
+
+def _materialise(task: SweTask, dest: Path) -> None:
+    """Put the task's source tree at `dest` (sdist cache, git export or folder copy)."""
+    source = task.workspace.source
+    if not source:
+        raise EnvError(f"task {task.instance_id}: a local workspace needs workspace.source")
+    if source.startswith("sdist:"):
+        from tripod.envs.swe.sources import sdist_tree
+
+        name, _, version = source[len("sdist:"):].partition("==")
+        shutil.copytree(sdist_tree(name, version), dest, symlinks=True)
+        return
+    src = Path(source)
+    if not src.is_dir():
+        raise EnvError(f"task {task.instance_id}: source folder {src} does not exist")
+    if task.base_commit and (src / ".git").exists():
+        _git_export(src, task.base_commit, dest)
+        return
+    shutil.copytree(src, dest, symlinks=True,
+                    ignore=shutil.ignore_patterns(".git", "__pycache__", "*.pyc"))
+
+
+def _git_export(repo: Path, commit: str, dest: Path) -> None:
+    """Files of `commit` without the history (so the agent cannot read later fixes)."""
+    dest.mkdir(parents=True)
+    with tempfile.TemporaryFile() as archive:
+        subprocess.run(["git", "-C", str(repo), "archive", "--format=tar", commit],
+                       stdout=archive, check=True, timeout=300)
+        archive.seek(0)
+        with tarfile.open(fileobj=archive) as tar:
+            tar.extractall(dest, filter="data")
+
+
+@functools.cache
+def docker_available() -> str | None:
+    """None if a Docker daemon answers, else the reason it cannot be used."""
+    if shutil.which("docker") is None:
+        return "the docker CLI is not installed"
+    try:
+        done = subprocess.run(["docker", "info", "--format", "{{.ServerVersion}}"],
+                              capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"docker info failed: {exc}"
+    if done.returncode != 0:
+        return f"no Docker daemon reachable: {done.stderr.strip()[:200]}"
+    return None
+
+
+class DockerWorkspace:
+    """One container per episode from the instance's image (network off, capped)."""
+
+    label = "/workspace"
+
+    def __init__(self, container: str, task: SweTask) -> None:
+        self.container = container
+        self.task = task
+        self.workdir = task.workspace.workdir
+
+    @classmethod
+    def create(cls, task: SweTask, limits: SandboxLimits) -> DockerWorkspace:
+        why = docker_available()
+        if why is not None:
+            raise EnvError(f"docker workspace for {task.instance_id}: {why}")
+        name = f"tripod-swe-{uuid.uuid4().hex[:12]}"
+        subprocess.run(
+            ["docker", "run", "-d", "--name", name, "--network", "none",
+             "--pids-limit", str(limits.processes), "--memory", f"{limits.memory_mb}m",
+             "--cpus", "1", "-w", task.workspace.workdir, task.workspace.image,
+             "sleep", "infinity"], check=True, capture_output=True, timeout=600)
+        ws = cls(name, task)
+        apply_patch(ws, task.workspace.setup_patch)
+        return ws
+
+    def _exec(self, argv: list[str], stdin: bytes | None = None,
+              timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run(["docker", "exec", "-i", "-w", self.workdir, self.container,
+                               *argv], input=stdin, capture_output=True, timeout=timeout)
+
+    def read_text(self, path: str) -> str | None:
+        done = self._exec(["cat", "--", path])
+        return done.stdout.decode("utf-8", errors="replace") if done.returncode == 0 else None
+
+    def write_text(self, path: str, text: str | None) -> None:
+        if text is None:
+            self._exec(["rm", "-f", "--", path])
+            return
+        script = 'mkdir -p "$(dirname "$1")" && cat > "$1"'
+        done = self._exec(["sh", "-c", script, "_", path], stdin=text.encode("utf-8"))
+        if done.returncode != 0:
+            raise OSError(f"cannot write {path}: {done.stderr.decode(errors='replace')}")
+
+    def is_dir(self, path: str) -> bool:
+        return self._exec(["test", "-d", path or "."]).returncode == 0
+
+    def list_files(self, path: str = "") -> list[str]:
+        script = ('git ls-files -co --exclude-standard -- "$1" 2>/dev/null '
+                  '|| find "${1:-.}" -type f | sed "s|^\\./||"')
+        done = self._exec(["sh", "-c", script, "_", path])
+        names = done.stdout.decode("utf-8", errors="replace").splitlines()
+        return sorted(n for n in names if n and _visible(n))
+
+    def grep(self, text: str, path: str = "") -> list[tuple[str, int, str]]:
+        """Literal search inside the container (one exec instead of one per file)."""
+        done = self._exec(["grep", "-rnIF", "--exclude-dir=.git", "-e", text, "--",
+                           path or "."], timeout=120)
+        hits = []
+        for line in done.stdout.decode("utf-8", errors="replace").splitlines():
+            name, _, rest = line.partition(":")
+            number, _, content = rest.partition(":")
+            if number.isdigit() and _visible(name.removeprefix("./")):
+                hits.append((name.removeprefix("./"), int(number), content))
+        return hits
+
+    def run_tests(self, tests: list[str], limits: SandboxLimits) -> RunResult:
+        argv = expand_test_cmd(self.task.workspace.resolved_test_cmd(), tests, "python")
+        # The in-container `timeout` stops the command even if the docker client is killed.
+        cmd = ["docker", "exec", "-w", self.workdir, self.container,
+               "timeout", "-s", "KILL", str(int(limits.wall_s)), *argv]
+        result = run_capped(cmd, Path.cwd(), limits)
+        if result.status:
+            subprocess.run(["docker", "restart", "-t", "0", self.container],
+                           capture_output=True, timeout=120)
+        else:
+            result.status = "ok" if result.exit_code == 0 else "failed"
+        return result
+
+    def close(self) -> None:
+        subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, timeout=120)
+
+
+def make_workspace(task: SweTask, limits: SandboxLimits,
+                   parent: Path | None = None) -> Workspace:
+    """The workspace kind the task asks for."""
+    if task.workspace.kind == "local":
+        return LocalWorkspace.create(task, parent)
+    if task.workspace.kind == "docker":
+        return DockerWorkspace.create(task, limits)
+    raise EnvError(f"unknown workspace kind {task.workspace.kind!r} (use local or docker)")

@@ -1,0 +1,165 @@
+"""Whatever an agent's code does in a test run, the trainer (this test process) survives."""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tripod.envs.swe.env import SweEnv, SweEnvConfig
+from tripod.envs.swe.sandbox import (
+    SandboxLimits,
+    detect_violations,
+    namespaces_available,
+    run_sandboxed,
+    sandbox_report,
+)
+from tripod.envs.swe.task import SweTask
+
+needs_namespaces = pytest.mark.skipif(
+    not namespaces_available(), reason="unshare cannot create namespaces on this machine")
+FAST = SandboxLimits(wall_s=8, cpu_s=5, processes=64, output_bytes=200_000)
+
+
+def _run(code: str, ws: Path, limits: SandboxLimits = FAST):
+    return run_sandboxed([sys.executable, "-c", code], ws, limits=limits)
+
+
+def test_plain_command_runs(tmp_path: Path) -> None:
+    result = _run("print('hello')", tmp_path)
+    assert (result.status, result.exit_code, result.output.strip()) == ("ok", 0, "hello")
+
+
+def test_infinite_loop_is_stopped(tmp_path: Path) -> None:
+    start = time.monotonic()
+    result = _run("while True: pass", tmp_path, SandboxLimits(wall_s=3, cpu_s=1))
+    assert result.status in ("cpu_limit", "timeout")
+    assert time.monotonic() - start < 10
+
+
+def test_sleeping_command_hits_the_wall_clock(tmp_path: Path) -> None:
+    result = _run("import time; time.sleep(60)", tmp_path, SandboxLimits(wall_s=1))
+    assert result.status == "timeout"
+    assert result.elapsed_s < 5
+
+
+def test_gigabytes_of_output_are_cut(tmp_path: Path) -> None:
+    result = _run("import sys\nwhile True: sys.stdout.write('x' * 65536)", tmp_path)
+    assert result.status == "output_limit" and result.truncated
+    assert len(result.output) <= FAST.output_bytes
+
+
+def test_memory_is_capped(tmp_path: Path) -> None:
+    result = _run("b = bytearray(3 * 1024**3); print('allocated')", tmp_path,
+                  SandboxLimits(memory_mb=512))
+    assert "allocated" not in result.output
+    assert "MemoryError" in result.output
+
+
+@needs_namespaces
+def test_fork_bomb_is_contained(tmp_path: Path) -> None:
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass"
+    result = _run(bomb, tmp_path, SandboxLimits(wall_s=3, processes=32))
+    assert result.status == "timeout"
+    time.sleep(0.5)
+    assert os.getpid() > 0  # still here; and no stray bombs left behind:
+    stray = [p for p in Path("/proc").iterdir() if p.name.isdigit()
+             and b"os.fork()" in _cmdline(p)]
+    assert stray == []
+
+
+def test_process_count_is_capped(tmp_path: Path) -> None:
+    if sandbox_report().process_limit == "none":
+        pytest.skip("no pids cgroup and running as root: RLIMIT_NPROC does not bind root")
+    code = ("import os, time\nn = 0\nfor _ in range(200):\n    try:\n        pid = os.fork()\n"
+            "    except OSError:\n        break\n    if pid == 0:\n        time.sleep(5)\n"
+            "        os._exit(0)\n    n += 1\nprint('forked', n)")
+    result = _run(code, tmp_path, SandboxLimits(wall_s=10, processes=32))
+    forked = int(result.output.split("forked")[1])
+    assert 0 < forked < 32
+
+
+def _cmdline(proc: Path) -> bytes:
+    try:
+        return (proc / "cmdline").read_bytes()
+    except OSError:
+        return b""
+
+
+@needs_namespaces
+def test_signals_to_the_parent_are_contained_and_reported(tmp_path: Path) -> None:
+    for code in ("import os, signal; os.kill(os.getppid(), signal.SIGKILL)",
+                 "import os, signal; os.kill(-1, signal.SIGKILL)"):
+        result = _run(code + "\nimport time; time.sleep(2)", tmp_path)
+        assert result.status == "sandbox_violation", result.output
+    result = _run("import os, signal; os.killpg(0, signal.SIGKILL)", tmp_path)
+    assert result.status == "killed"
+
+
+@needs_namespaces
+def test_network_is_unreachable(tmp_path: Path) -> None:
+    code = ("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=3)\n"
+            "print('connected')")
+    result = _run(code, tmp_path)
+    assert "connected" not in result.output
+    assert detect_violations(result.output) == ["network"]
+
+
+@needs_namespaces
+def test_writes_outside_the_workspace_fail(tmp_path: Path) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside.txt"
+    ws.mkdir()
+    result = _run(f"open({str(outside)!r}, 'w').write('x')", ws)
+    assert not outside.exists()
+    assert detect_violations(result.output) == ["write_outside"]
+    inside = _run("open('inside.txt', 'w').write('x'); print('ok')", ws)
+    assert inside.status == "ok" and (ws / "inside.txt").exists()
+
+
+def test_report_matches_this_machine() -> None:
+    report = sandbox_report()
+    if namespaces_available():
+        assert report.network_isolated and report.writes_confined and report.pid_namespace
+
+
+# --- the same attacks through an episode: edit the library, run the tests ----------------
+
+ATTACKS = {
+    "network": ("import socket\nsocket.create_connection(('1.1.1.1', 80), timeout=3)\n",
+                "sandbox_violation"),
+    "write_outside": ("open('/etc/tripod-pwned', 'w').write('x')\n", "sandbox_violation"),
+    "fork_bomb": ("import os\nwhile True:\n    try:\n        os.fork()\n"
+                  "    except OSError:\n        pass\n", "timeout"),
+    "loop": ("while True:\n    pass\n", "cpu_limit"),
+    "output": ("import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n", "output_limit"),
+    "kill_parent": ("import os, signal\nos.kill(os.getppid(), signal.SIGKILL)\n",
+                    "sandbox_violation"),
+}
+
+
+@needs_namespaces
+@pytest.mark.parametrize("attack", sorted(ATTACKS))
+def test_episode_ends_with_clear_status(attack: str, calc_task: SweTask) -> None:
+    code, expected = ATTACKS[attack]
+    # The wall clock is generous except where it is the limit under test (a loaded CI
+    # machine must not turn a violation into a time-out).
+    wall = 5 if expected == "timeout" else 30
+    env = SweEnv("swe/test", "train", [calc_task], SweEnvConfig(
+        limits=SandboxLimits(wall_s=wall, cpu_s=3, processes=64, output_bytes=500_000)))
+    try:
+        env.reset(0)
+        edit = ("edit calc/__init__.py\n<<<<<<< SEARCH\n\"\"\"A tiny calculator library.\"\"\"\n"
+                f"=======\n{code}>>>>>>> REPLACE")
+        assert not env.step(edit).info.invalid_action
+        step = env.step("run_tests")
+        assert step.terminated and step.info.lost and not step.info.won
+        status = step.info.extra["status"]
+        assert status in (expected if isinstance(expected, tuple) else (expected,)), status
+        assert "Episode ended" in step.observation
+        assert step.reward == 0.0
+    finally:
+        env.close()
+    assert not Path("/etc/tripod-pwned").exists()

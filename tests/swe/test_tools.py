@@ -1,0 +1,72 @@
+"""Tool-call parsing: forgiving where intent is clear, precise errors otherwise."""
+
+from __future__ import annotations
+
+import pytest
+
+from tripod.envs.swe.tools import ToolCall, ToolCallError, edited_text, parse_tool_call
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("view src/a.py 10-20", ToolCall("view", path="src/a.py", start=10, end=20)),
+    ("cat /workspace/src/a.py 3:9", ToolCall("view", path="src/a.py", start=3, end=9)),
+    ("list", ToolCall("list")),
+    ("ls src/", ToolCall("list", path="src")),
+    ('search "def foo" src', ToolCall("search", text="def foo", path="src")),
+    ("search don't", ToolCall("search", text="don't")),
+    ("run_tests", ToolCall("run_tests")),
+    ("$ pytest tests/t.py::test_a[1-2]", ToolCall("run_tests", tests=("tests/t.py::test_a[1-2]",))),
+    ("Action: submit", ToolCall("submit")),
+])
+def test_parses_single_line_calls(text: str, expected: ToolCall) -> None:
+    assert parse_tool_call(text) == expected
+
+
+def test_prose_think_and_fences_are_skipped() -> None:
+    text = ("<think>maybe list first?</think>\nThe bug is in clamp. I'll look at it.\n"
+            "```\nview calc/__init__.py 1-10\n```\nThen I will edit it.")
+    assert parse_tool_call(text) == ToolCall("view", path="calc/__init__.py", start=1, end=10)
+
+
+def test_search_replace_edit_block() -> None:
+    text = ("edit calc.py\n<<<<<<< SEARCH\n    return x\n=======\n    return hi\n"
+            ">>>>>>> REPLACE\n")
+    call = parse_tool_call(text)
+    assert (call.old, call.new) == ("    return x\n", "    return hi\n")
+    assert parse_tool_call(call.render()) == call
+
+
+def test_line_range_edit_block() -> None:
+    call = parse_tool_call("edit a.py 2-3\n<<<<<<< LINES\nB\n>>>>>>> LINES")
+    assert call == ToolCall("edit", path="a.py", start=2, end=3, new="B\n")
+    assert edited_text("a\nb\nc\nd\n", call) == "a\nB\nd\n"
+    insert = parse_tool_call("edit a.py 2-1\n<<<<<<< LINES\nnew\n>>>>>>> LINES")
+    assert edited_text("a\nb\n", insert) == "a\nnew\nb\n"
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("I think the bug is in clamp.", "no tool call found"),
+    ("view ../../etc/passwd", "leaves the repository"),
+    ("run_tests -x --pdb", "options are not allowed"),
+    ("edit a.py\nno block here", "needs a block"),
+    ("edit a.py\n<<<<<<< SEARCH\nx\n=======\ny\n", "not closed"),
+    ("edit a.py\n<<<<<<< SEARCH\nx\n>>>>>>> REPLACE", "======="),
+    ("view a.py ten-twenty", "line range"),
+    ("search a b c", "quote"),
+])
+def test_malformed_calls_explain_the_valid_form(text: str, fragment: str) -> None:
+    with pytest.raises(ToolCallError) as err:
+        parse_tool_call(text)
+    message = err.value.observation()
+    assert fragment in message
+    assert "A valid call looks like:" in message
+
+
+def test_edit_requires_a_unique_match() -> None:
+    call = ToolCall("edit", path="a.py", old="x = 1\n", new="x = 2\n")
+    assert edited_text("x = 1\ny = 2\n", call) == "x = 2\ny = 2\n"
+    with pytest.raises(ToolCallError, match="2 times"):
+        edited_text("x = 1\nx = 1\n", call)
+    with pytest.raises(ToolCallError, match="not found"):
+        edited_text("z = 3\n", call)
+    assert edited_text("a\nx = 1", call) == "a\nx = 2"  # file without final newline
