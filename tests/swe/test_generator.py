@@ -105,6 +105,7 @@ def test_expert_solves_generated_tasks(small_tasks: list[SweTask]) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.heavy  # generates the whole 54-task suite (10+ min cold): not in `make test`
 def test_default_suite_size_and_expert() -> None:
     tasks = prepare_suite(0)
     assert len(tasks) >= 50
