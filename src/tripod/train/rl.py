@@ -31,7 +31,6 @@ from tripod.policy.rollout import RolloutEngine, make_jobs
 from tripod.rewards.shaping import turn_rewards
 from tripod.train.batch import collate, token_logprobs, trajectory_rows
 from tripod.train.checkpoint import (
-    latest_checkpoint,
     load_trainer_state,
     save_checkpoint,
     set_rng_state,
@@ -373,6 +372,3 @@ def _line(it: int, total: int, m: dict) -> str:
              and not (isinstance(m[k], float) and math.isnan(m[k]))]
     return f"[bold]iter {it}/{total}[/bold] " + " ".join(parts)
 
-
-def resume_path(run_dir: Path) -> Path | None:
-    return latest_checkpoint(run_dir)
