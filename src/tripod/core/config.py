@@ -101,10 +101,6 @@ class RolloutSection(_Section):
     truncated_action: Literal["end", "step"] = "end"
     """What a reply without the end-of-turn token does: end the episode (paper) or step."""
 
-    @property
-    def episodes_per_iter(self) -> int:
-        return self.games_per_iter * self.group_size
-
 
 class AlgoSection(_Section):
     estimator: str = "gae"

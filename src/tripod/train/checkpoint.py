@@ -64,7 +64,3 @@ def load_trainer_state(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         raise CheckpointError(f"{path}: cannot read checkpoint ({type(exc).__name__}: {exc})") from exc
     return trainer, state
 
-
-def latest_checkpoint(run_dir: Path) -> Path | None:
-    ckpts = sorted((run_dir / "checkpoints").glob("iter_*[0-9]"))
-    return ckpts[-1] if ckpts else None
