@@ -155,16 +155,24 @@ def group_ref(inp: AdvantageInput, cfg: AdvantageConfig, kind: str) -> torch.Ten
     adv = torch.zeros_like(score)
     for i in range(score.shape[0]):
         members = [j for j in range(score.shape[0]) if inp.group_ids[j] == inp.group_ids[i]]
-        returns = [episode[j] for j in members]
-        if kind == "rloo":
-            baseline = sum(episode[j] for j in members if j != i) / (len(members) - 1)
-            scale = 1.0
-        else:
-            baseline = statistics.mean(returns)
-            std = statistics.stdev(returns)
-            scale = 1.0 / (std + cfg.eps) if kind == "grpo" and cfg.norm_by_std else 1.0
-        for c in agent_tokens(inp, i):
-            adv[i, c] = (score[i, c] - baseline) * scale
+        for k, cols in turns_of(inp, i).items():
+            if cfg.returns == "episode":  # compare with the group's episode returns
+                pool = {j: episode[j] for j in members}
+            else:  # compare with the returns-to-go at turn k of episodes that reached it
+                pool = {j: float(score[j, turns_of(inp, j)[k][0]])
+                        for j in members if k in turns_of(inp, j)}
+            others = [v for j, v in pool.items() if j != i]
+            if kind == "rloo":
+                baseline = sum(others) / len(others) if others else 0.0
+                scale = 1.0
+            else:
+                baseline = statistics.mean(pool.values())
+                std = statistics.stdev(pool.values()) if len(pool) > 1 else 0.0
+                scale = 1.0
+                if kind == "grpo" and cfg.norm_by_std:
+                    scale = 1.0 / (std + cfg.eps) if std > 0 else 0.0
+            for c in cols:
+                adv[i, c] = (score[i, c] - baseline) * scale
     return adv
 
 
@@ -307,21 +315,49 @@ def turn_mode_pair() -> AdvantageInput:
 
 
 def test_rloo_turn_returns_by_hand() -> None:
-    # A: G - R_B = [1.4, 1.0];  B: G - R_A = [-1.5, -1.5]
+    # Each turn is compared with the other episode's return-to-go at the same turn:
+    # A: [1.4 - 0, 1.0 - 0] = [1.4, 1.0];  B: [0 - 1.4, 0 - 1.0] = [-1.4, -1.0]
     out = get_estimator("rloo")(turn_mode_pair(), AdvantageConfig(gamma=0.9, returns="turn"))
-    close(out.advantages[:, [1, 3]], [[1.4, 1.0], [-1.5, -1.5]])
+    close(out.advantages[:, [1, 3]], [[1.4, 1.0], [-1.4, -1.0]])
     close(out.returns[:, [1, 3]], [[1.4, 1.0], [0.0, 0.0]])
 
 
 def test_grpo_turn_returns_by_hand() -> None:
-    # mean of episode returns 0.75, sample std = sqrt(2 * 0.75^2 / 1) = 0.75 * sqrt(2)
-    # A: [1.4 - 0.75, 1.0 - 0.75] = [0.65, 0.25];  B: [-0.75, -0.75]; then / (0.75 sqrt 2)
+    # Turn 0: G = [1.4, 0], mean 0.7, sample std 0.7 sqrt(2); turn 1: G = [1.0, 0], mean 0.5,
+    # std 0.5 sqrt(2). Dr.GRPO: A [0.7, 0.5], B [-0.7, -0.5]; GRPO: +-1/sqrt(2) everywhere.
     cfg = AdvantageConfig(gamma=0.9, returns="turn", eps=0.0)
     out = get_estimator("dr_grpo")(turn_mode_pair(), cfg)
-    close(out.advantages[:, [1, 3]], [[0.65, 0.25], [-0.75, -0.75]])
+    close(out.advantages[:, [1, 3]], [[0.7, 0.5], [-0.7, -0.5]])
     out = get_estimator("grpo")(turn_mode_pair(), cfg)
-    s = 0.75 * math.sqrt(2)
-    close(out.advantages[:, [1, 3]], [[0.65 / s, 0.25 / s], [-0.75 / s, -0.75 / s]])
+    h = 1 / math.sqrt(2)
+    close(out.advantages[:, [1, 3]], [[h, h], [-h, -h]])
+
+
+def test_turn_returns_with_episodes_of_different_lengths() -> None:
+    # gamma 1. A wins on turn 2: rewards [0, 1] -> G [1, 1]; B wins on turn 1: [1] -> G [1];
+    # C loses after 3 turns: [0, 0, 0] -> G [0, 0, 0].
+    # RLOO turn 0: A 1 - (1 + 0)/2 = 0.5, B 0.5, C 0 - (1 + 1)/2 = -1;
+    #      turn 1 (A and C reached it): A 1 - 0 = 1, C 0 - 1 = -1;
+    #      turn 2 (only C): no other episode, baseline 0 -> 0.
+    inp = episode_rows([[0.0, 1.0], [1.0], [0.0, 0.0, 0.0]])
+    out = get_estimator("rloo")(inp, AdvantageConfig(returns="turn"))
+    close(out.advantages[:, [1, 3, 5]], [[0.5, 1.0, 0.0], [0.5, 0.0, 0.0], [-1.0, -1.0, 0.0]])
+    # GRPO turn 0: mean 2/3, std sqrt((1/9 + 1/9 + 4/9) / 2) = 1/sqrt(3);
+    #      turn 1: mean 0.5, std 1/sqrt(2); turn 2: one score, std 0 -> advantage 0.
+    out = get_estimator("grpo")(inp, AdvantageConfig(returns="turn", eps=0.0))
+    r3, r2 = math.sqrt(3), math.sqrt(2)
+    close(out.advantages[:, [1, 3, 5]],
+          [[r3 / 3, 0.5 * r2, 0.0], [r3 / 3, 0.0, 0.0], [-2 * r3 / 3, -0.5 * r2, 0.0]])
+
+
+def test_grpo_equal_scores_give_zero_not_a_division_by_eps() -> None:
+    # Every episode answers turn 0 right and turn 1 wrong: episode returns all 1 (std 0).
+    # Per turn the scores are equal too, so every advantage is exactly 0.
+    inp = episode_rows([[1.0, 0.0]] * 4)
+    for returns in ("episode", "turn"):
+        out = get_estimator("grpo")(inp, AdvantageConfig(returns=returns))
+        assert torch.equal(out.advantages, torch.zeros_like(out.advantages))
+        assert out.stats["zero_variance_group_fraction"] == 1.0
 
 
 def test_reinforce_pp_whitening_by_hand() -> None:

@@ -97,8 +97,11 @@ class AdvantageConfig:
     (`dr_grpo` never divides, whatever this says)."""
     returns: Literal["episode", "turn"] = "episode"
     """Score of a token for group estimators and `reinforce_pp`. "episode": the episode's
-    total reward. "turn": its turn's discounted return-to-go
-    ``G_k = sum_{j>=k} gamma^(j-k) r_j``; the group baseline still uses episode returns."""
+    total reward, compared with the group's episode returns. "turn": its turn's discounted
+    return-to-go ``G_k = sum_{j>=k} gamma^(j-k) r_j``, compared (GRPO, RLOO) with the
+    return-to-go at the same turn k of the group's episodes that reached turn k: comparing a
+    turn-k return with whole-episode returns would push every late turn down (and divide by a
+    zero std whenever the episode returns of a group are equal)."""
     eps: float = 1e-6
     """Added to standard deviations before dividing."""
     whiten: bool = True
@@ -196,6 +199,7 @@ class _Layout:
     unit_first: Tensor  # [U] index into N of each unit's first token
     unit_episode: Tensor  # [U] episode index of each unit
     unit_rank: Tensor  # [U] index of the unit among its episode's turns
+    unit_turn: Tensor  # [U] turn id of each unit
     row_episode: Tensor  # [B] episode index of each row
     num_episodes: int
 
@@ -234,6 +238,7 @@ def _layout(inp: AdvantageInput) -> _Layout:
         unit_first=unit_first,
         unit_episode=unit_episode,
         unit_rank=_rank_within(unit_episode, num_episodes),
+        unit_turn=turns[unit_first],
         row_episode=row_episode,
         num_episodes=num_episodes,
     )
@@ -378,18 +383,20 @@ def gae_turn(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
 @dataclass(frozen=True, eq=False)
 class _Scores:
     token: Tensor  # [N] score of each agent token (episode return or turn return-to-go)
-    episode: Tensor  # [E] each episode's total reward (what group baselines average)
+    episode: Tensor  # [E] each episode's total reward
+    unit: Tensor | None  # [U] each turn's return-to-go (returns="turn"), else None
 
 
 def _scores(inp: AdvantageInput, lay: _Layout, cfg: AdvantageConfig) -> _Scores:
     rewards = _gather_tokens(inp.token_rewards, lay)  # [N]
     episode = rewards.new_zeros(lay.num_episodes).index_add_(0, lay.episode, rewards)  # [E]
     if cfg.returns == "episode":
-        return _Scores(token=episode[lay.episode], episode=episode)
+        return _Scores(token=episode[lay.episode], episode=episode, unit=None)
     unit_rewards = rewards.new_zeros(lay.unit_first.numel()).index_add_(0, lay.unit, rewards)
     r_p, valid = _pack(unit_rewards, lay.unit_episode, lay.unit_rank, lay.num_episodes)
     g_p = _discounted_return_to_go(r_p, valid, cfg.gamma)  # [E, K]
-    return _Scores(token=g_p[lay.unit_episode, lay.unit_rank][lay.unit], episode=episode)
+    unit = g_p[lay.unit_episode, lay.unit_rank]  # [U]
+    return _Scores(token=unit[lay.unit], episode=episode, unit=unit)
 
 
 # ----------------------------------------------------------------------------- groups
@@ -399,10 +406,7 @@ def _scores(inp: AdvantageInput, lay: _Layout, cfg: AdvantageConfig) -> _Scores:
 class _GroupStats:
     episode_group: Tensor  # [E] dense group index of each episode
     size: Tensor  # [G] episodes per group
-    total: Tensor  # [G] sum of episode scores
-    mean: Tensor  # [G]
-    std: Tensor  # [G] sample std (Bessel-corrected, as torch.std in TRL and verl GRPO)
-    zero_variance_fraction: float
+    zero_variance_fraction: float  # groups whose episode returns are all equal
 
 
 def _group_stats(
@@ -422,19 +426,44 @@ def _group_stats(
             f"baseline); groups {bad} have fewer. Sample several episodes per game and seed."
         )
     x = episode_scores  # [E]
-    total = x.new_zeros(num_groups).index_add_(0, episode_group, x)  # [G]
-    mean = total / size  # [G]
-    sq = x.new_zeros(num_groups).index_add_(0, episode_group, (x - mean[episode_group]) ** 2)
     hi = x.new_full((num_groups,), -torch.inf).scatter_reduce_(0, episode_group, x, "amax")
     lo = x.new_full((num_groups,), torch.inf).scatter_reduce_(0, episode_group, x, "amin")
     return _GroupStats(
         episode_group=episode_group,
         size=size,
-        total=total,
-        mean=mean,
-        std=(sq / (size - 1)).sqrt(),
         zero_variance_fraction=float((hi == lo).float().mean()) if num_groups else 0.0,
     )
+
+
+def _baselines(
+    scores: _Scores, groups: _GroupStats, lay: _Layout, leave_one_out: bool
+) -> tuple[Tensor, Tensor]:
+    """[N] baseline and [N] sample std (Bessel-corrected, as torch.std in TRL and verl) of
+    the scores each agent token is compared with.
+
+    Episode returns: the episode returns of the token's group. Turn returns: the returns-to-go
+    at the token's turn k of the group's episodes that reached turn k (a *cell* is one
+    (group, turn) pair). With `leave_one_out` (RLOO) the token's own episode is left out; a
+    cell with no other episode has baseline 0. A cell of one score has std 0.
+    """
+    if scores.unit is None:
+        x, cell, index = scores.episode, groups.episode_group, lay.episode  # [E], [E], [N]
+        num_cells = int(groups.size.numel())
+    else:
+        turns = int(lay.unit_turn.max()) + 1 if lay.unit_turn.numel() else 1
+        x, index = scores.unit, lay.unit  # [U], [N]
+        cell = groups.episode_group[lay.unit_episode] * turns + lay.unit_turn  # [U]
+        num_cells = int(groups.size.numel()) * turns
+    count = x.new_zeros(num_cells).index_add_(0, cell, torch.ones_like(x))[cell]
+    total = x.new_zeros(num_cells).index_add_(0, cell, x)[cell]
+    others = (count - 1).clamp(min=1)
+    if leave_one_out:
+        baseline = torch.where(count > 1, (total - x) / others, 0.0)
+        return baseline[index], torch.zeros_like(baseline)[index]
+    mean = total / count
+    sq = x.new_zeros(num_cells).index_add_(0, cell, (x - mean) ** 2)[cell]
+    std = torch.where(count > 1, (sq / others).sqrt(), 0.0)
+    return mean[index], std[index]
 
 
 def _group_output(
@@ -457,10 +486,10 @@ def _grpo(
     lay = _layout(inp)
     scores = _scores(inp, lay, cfg)
     groups = _group_stats(inp, lay, scores.episode, name)
-    token_group = groups.episode_group[lay.episode]  # [N]
-    adv = scores.token - groups.mean[token_group]  # [N]
-    if norm_by_std:
-        adv = adv / (groups.std[token_group] + cfg.eps)
+    mean, std = _baselines(scores, groups, lay, leave_one_out=False)  # [N], [N]
+    adv = scores.token - mean  # [N]
+    if norm_by_std:  # equal scores (std 0) give 0, not 0 / eps
+        adv = torch.where(std > 0, adv / (std + cfg.eps), 0.0)
     return _group_output(adv, scores, groups, lay, inp)
 
 
@@ -468,8 +497,10 @@ def _grpo(
 def grpo(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
     """GRPO outcome advantage (Shao et al. 2024): ``(s - mean_g) / (std_g + eps)``.
 
-    ``s`` is the token's score (episode return, or turn return-to-go with
-    ``returns="turn"``); mean and sample std are over the episode returns of its group.
+    ``s`` is the token's score: the episode return, with mean and sample std over the episode
+    returns of its group; or (``returns="turn"``) turn k's return-to-go, with mean and std
+    over the returns-to-go at turn k of the group's episodes that reached turn k. Scores that
+    are all equal (std 0) give advantage 0.
     With ``cfg.norm_by_std=False`` this is the Dr.GRPO advantage. The group mean includes the
     episode itself, so the baseline is slightly correlated with its own actions (the known
     GRPO bias, which vanishes as groups grow); `rloo` avoids it.
@@ -490,17 +521,15 @@ def rloo(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
     """RLOO (Ahmadian et al. 2024): ``s_i - mean_{j != i} R_j`` over the group's episodes.
 
     Group returns [1, 0, 0] give advantages [1, -0.5, -0.5]. With ``returns="turn"``,
-    ``s_i`` is turn k's return-to-go G_k while the baseline stays the mean of the OTHER
-    episodes' returns. That baseline is unbiased: the other episodes are sampled
-    independently of episode i, so it does not depend on the action a_k and
-    ``E[grad log pi(a_k|s_k) * b] = b * E[grad log pi(a_k|s_k)] = 0``.
+    ``s_i`` is turn k's return-to-go G_k and the baseline is the mean G_k of the OTHER
+    episodes of the group that reached turn k (0 when none did). Either baseline is unbiased:
+    the other episodes are sampled independently of episode i, so it does not depend on the
+    action a_k and ``E[grad log pi(a_k|s_k) * b] = b * E[grad log pi(a_k|s_k)] = 0``.
     """
     lay = _layout(inp)
     scores = _scores(inp, lay, cfg)
     groups = _group_stats(inp, lay, scores.episode, "rloo")
-    token_group = groups.episode_group[lay.episode]  # [N]
-    others = groups.total[token_group] - scores.episode[lay.episode]  # [N]
-    baseline = others / (groups.size[token_group] - 1)  # [N]
+    baseline, _ = _baselines(scores, groups, lay, leave_one_out=True)  # [N]
     return _group_output(scores.token - baseline, scores, groups, lay, inp)
 
 
