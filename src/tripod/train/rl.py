@@ -14,6 +14,14 @@ from pathlib import Path
 
 import torch
 from rich.console import Console
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 
 from tripod.algos.advantages import AdvantageConfig, AdvantageInput, get_estimator
 from tripod.algos.losses import (
@@ -328,29 +336,39 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     logger = MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
     history: list[dict] = []
     ckpt, saved_at = resume, start_iter
-    for it in range(start_iter, cfg.train.iterations):
-        t0 = time.perf_counter()
-        trajs, rstats = collect(engine, cfg, it)                             # collect
-        batch = prepare_batch(learner, trajs)                                # reward + advantage
-        metrics = {**rollout_metrics(trajs, cfg), **rstats}
-        if batch is not None:
-            metrics.update(update(learner, batch, it))                       # update
-            metrics["zero_variance_groups"] = batch["adv_stats"].get(
-                "zero_variance_group_fraction", 0.0)
-        metrics["iteration_s"] = time.perf_counter() - t0
-        if cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0:    # evaluate
-            res, _ = evaluate(learner.policy, cfg.env.id, "valid", cfg.train.eval_games,
-                              sampling_params(cfg.rollout.eval), rollout_config(cfg),
-                              seed=cfg.run.seed, engine=eval_engine)
-            metrics["valid_success_rate"] = res.success_rate
-        logger.log(it + 1, metrics)                                          # log
-        history.append({"iteration": it + 1, **metrics})
-        if not quiet:
-            console.print(_line(it + 1, cfg.train.iterations, metrics))
-        if metrics.get("zero_variance_groups", 0.0) > 0.5 and not quiet:
-            console.print("[yellow]warning: most groups have equal rewards (no signal)")
-        if cfg.train.checkpoint_every and (it + 1) % cfg.train.checkpoint_every == 0:
-            ckpt, saved_at = _save(learner, run_dir, it + 1), it + 1         # checkpoint
+    bar = _progress(quiet)
+    task = bar.add_task("collecting", total=cfg.train.iterations, completed=start_iter)
+    bar.start()
+    try:
+        for it in range(start_iter, cfg.train.iterations):
+            t0 = time.perf_counter()
+            bar.update(task, description="collecting episodes")
+            trajs, rstats = collect(engine, cfg, it)                             # collect
+            bar.update(task, description="updating")
+            batch = prepare_batch(learner, trajs)                                # reward + advantage
+            metrics = {**rollout_metrics(trajs, cfg), **rstats}
+            if batch is not None:
+                metrics.update(update(learner, batch, it))                       # update
+                metrics["zero_variance_groups"] = batch["adv_stats"].get(
+                    "zero_variance_group_fraction", 0.0)
+            metrics["iteration_s"] = time.perf_counter() - t0
+            if cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0:    # evaluate
+                bar.update(task, description="evaluating")
+                res, _ = evaluate(learner.policy, cfg.env.id, "valid", cfg.train.eval_games,
+                                  sampling_params(cfg.rollout.eval), rollout_config(cfg),
+                                  seed=cfg.run.seed, engine=eval_engine)
+                metrics["valid_success_rate"] = res.success_rate
+            logger.log(it + 1, metrics)                                          # log
+            history.append({"iteration": it + 1, **metrics})
+            if not quiet:
+                console.print(_line(it + 1, cfg.train.iterations, metrics))
+            if metrics.get("zero_variance_groups", 0.0) > 0.5 and not quiet:
+                console.print("[yellow]warning: most groups have equal rewards (no signal)")
+            if cfg.train.checkpoint_every and (it + 1) % cfg.train.checkpoint_every == 0:
+                ckpt, saved_at = _save(learner, run_dir, it + 1), it + 1         # checkpoint
+            bar.update(task, advance=1, description=f"last success {metrics['success_rate']:.0%}")
+    finally:
+        bar.stop()
     if ckpt is None or saved_at != cfg.train.iterations:
         ckpt = _save(learner, run_dir, cfg.train.iterations)
     logger.close()
@@ -363,6 +381,13 @@ def _save(learner: Learner, run_dir: Path, iteration: int) -> Path:
     path = run_dir / "checkpoints" / f"iter_{iteration:06d}"
     return save_checkpoint(path, learner.policy, learner.state_dict(),
                            {"iteration": iteration, "config": learner.cfg.model_dump(mode="json")})
+
+
+def _progress(quiet: bool) -> Progress:
+    """The console bar over RL iterations (phase, done/total, elapsed, time left)."""
+    return Progress(TextColumn("[bold]RL"), BarColumn(), MofNCompleteColumn(),
+                    TextColumn("{task.description}"), TimeElapsedColumn(), TimeRemainingColumn(),
+                    console=console, disable=quiet)
 
 
 def _line(it: int, total: int, m: dict) -> str:
