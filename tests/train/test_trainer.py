@@ -107,3 +107,15 @@ def test_lora_reference_is_base_without_adapters(tmp_path, tiny_policy_factory):
     trainable = [n for n, p in learner.policy.model.named_parameters() if p.requires_grad]
     assert trainable and all("lora" in n for n in trainable)
     assert not torch.equal(before, _params(learner.policy.model))
+
+
+def test_zero_variance_fraction_counts_groups_with_equal_task_rewards():
+    from tripod.train.rl import zero_variance_fraction
+
+    # Group 0: episodes 0 and 1 both return 1 (zero variance); group 1: episode 2 returns 1,
+    # episode 3 (two rows, 0.5 each) returns 1 too -> zero variance; group 2: 1 vs 0.
+    rewards = torch.tensor([[0, 1.0], [1.0, 0], [0, 1.0], [0.5, 0], [0, 0.5], [1.0, 0], [0, 0]])
+    batch = {"token_rewards": rewards,
+             "episode_ids": torch.tensor([0, 1, 2, 3, 3, 4, 5]),
+             "group_ids": torch.tensor([0, 0, 1, 1, 1, 2, 2])}
+    assert zero_variance_fraction(batch) == pytest.approx(2 / 3)

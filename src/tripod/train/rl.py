@@ -184,6 +184,25 @@ def prepare_batch(learner: Learner, trajs: list[Trajectory]) -> dict[str, torch.
     return batch
 
 
+def zero_variance_fraction(batch: dict[str, torch.Tensor]) -> float:
+    """Share of groups whose episodes all got the same task reward (KL terms excluded).
+
+    Such a group gives a group baseline (GRPO, RLOO) no signal at all; it is reported for
+    every estimator, since it also measures how much the group's samples differ.
+    """
+    row_return = batch["token_rewards"].sum(-1)                              # [B]
+    episode_return: dict[int, float] = {}
+    episode_group: dict[int, int] = {}
+    for e, g, r in zip(batch["episode_ids"].tolist(), batch["group_ids"].tolist(),
+                       row_return.tolist(), strict=True):
+        episode_return[e] = episode_return.get(e, 0.0) + r
+        episode_group[e] = g
+    group_returns: dict[int, set[float]] = {}
+    for e, r in episode_return.items():
+        group_returns.setdefault(episode_group[e], set()).add(round(r, 9))
+    return sum(len(v) == 1 for v in group_returns.values()) / max(len(group_returns), 1)
+
+
 def _per_micro(batch: dict, size: int, fn) -> torch.Tensor:
     """Apply `fn` to micro-batches (trimmed of shared padding); re-pad to [B, T] and stack."""
     t = batch["input_ids"].shape[1]
@@ -349,8 +368,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
             metrics = {**rollout_metrics(trajs, cfg), **rstats}
             if batch is not None:
                 metrics.update(update(learner, batch, it))                       # update
-                metrics["zero_variance_groups"] = batch["adv_stats"].get(
-                    "zero_variance_group_fraction", 0.0)
+                metrics["zero_variance_groups"] = zero_variance_fraction(batch)
             metrics["iteration_s"] = time.perf_counter() - t0
             if cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0:    # evaluate
                 bar.update(task, description="evaluating")
