@@ -381,7 +381,8 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
             if not quiet:
                 console.print(_line(it + 1, cfg.train.iterations, metrics))
             if metrics.get("zero_variance_groups", 0.0) > 0.5 and not quiet:
-                console.print("[yellow]warning: most groups have equal rewards (no signal)")
+                console.print("[yellow]warning: most groups have equal rewards: group baselines "
+                              "get no signal (raise the temperature or the group size)")
             if cfg.train.checkpoint_every and (it + 1) % cfg.train.checkpoint_every == 0:
                 ckpt, saved_at = _save(learner, run_dir, it + 1), it + 1         # checkpoint
             bar.update(task, advance=1, description=f"last success {metrics['success_rate']:.0%}")
