@@ -39,7 +39,7 @@ BASE = [f"env.id={ENV}", "env.max_turns=2", "env.options={vocabulary: 4}", "mode
         "sft.lr=1e-2", "sft.epochs=8", "sft.batch_size=8", "rollout.games_per_iter=16",
         "rollout.group_size=4", "rollout.batch_size=64", "rollout.train.temperature=1.0",
         "rollout.train.max_new_tokens=4", "rollout.eval.max_new_tokens=4", "reward.kind=dense",
-        "algo.returns=turn", "algo.lr=3e-3", "algo.critic_lr=3e-3", "algo.kl_coef=0.05",
+        "algo.credit=turn", "algo.lr=3e-3", "algo.critic_lr=3e-3", "algo.kl_coef=0.05",
         "algo.kl_in=loss", "algo.minibatch_size=64", "algo.micro_batch_size=64",
         "train.tensorboard=false"]
 GAMMA = {"gae": 1.0, "grpo": 0.0, "rloo": 0.0, "reinforce_pp": 0.0}

@@ -2,7 +2,7 @@
 
 Every field is documented once (its docstring becomes its description). Unknown keys and
 wrong types are errors that name the key, raised before any work starts. Recipes are
-overridden from the command line with dotted keys: ``algo.group_size=8``.
+overridden from the command line with dotted keys: ``rollout.group_size=8``.
 """
 
 from __future__ import annotations
@@ -12,6 +12,8 @@ from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from tripod.core.estimators import ESTIMATORS
 
 
 class _Section(BaseModel):
@@ -32,11 +34,15 @@ class LoraSection(_Section):
     enabled: bool = False
     """Train LoRA adapters (peft) instead of all weights; the reference policy is then the
     base model with adapters disabled (no second copy)."""
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.0
+    r: int = Field(16, ge=1)
+    """LoRA rank."""
+    alpha: int = Field(32, ge=1)
+    """LoRA scaling numerator (the update is scaled by alpha / r)."""
+    dropout: float = Field(0.0, ge=0.0, lt=1.0)
+    """Dropout on the LoRA branch."""
     target_modules: list[str] = Field(default_factory=lambda: [
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    """Module names that get adapters (all attention and MLP projections by default)."""
 
 
 class ModelSection(_Section):
@@ -60,14 +66,17 @@ class PromptSection(_Section):
     instruction: str | None = None
     """Role and answer format shown before the objective; None uses tripod's default."""
     system_prompt: str | None = None
-    history_window: int | None = None
+    """A system message; None keeps the chat template's default (if it has one)."""
+    history_window: int | None = Field(None, ge=0)
     """Keep the last k turns in the prompt; None keeps all (and reuses the KV cache)."""
 
 
 class RewardSection(_Section):
-    kind: Literal["sparse", "dense"] = "sparse"
+    kind: Literal["sparse", "dense", "final_score"] = "sparse"
     """`sparse`: 1 on the last turn of a won episode. `dense`: each turn's progress gain
-    (score gained / the game's max score), so a won game sums to 1."""
+    (`info.progress`, e.g. score / the game's max score), so a won game sums to 1.
+    `final_score`: the env's final progress in [0, 1] on the last turn (e.g. the share of an
+    SWE task's tests passing: the paper's "ratio verified" reward)."""
     lost_penalty: float = 0.0
     """Added on the last turn of a lost episode (e.g. -1); 0 makes loss and failure equal."""
     invalid_penalty: float = 0.0
@@ -78,10 +87,17 @@ class RewardSection(_Section):
 
 class SamplingSection(_Section):
     temperature: float = Field(0.7, ge=0.0)
-    """0 is greedy."""
+    """Softmax temperature; 0 is greedy. The trainer's logprobs use the same temperature."""
     top_p: float = Field(1.0, gt=0.0, le=1.0)
+    """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
     max_new_tokens: int = Field(24, ge=1)
     """Tokens per action; a reply without the end-of-turn token ends the episode."""
+
+
+class EvalSamplingSection(SamplingSection):
+    temperature: float = Field(0.0, ge=0.0)
+    """Evaluation is greedy unless asked otherwise (its own class, so that overriding one key
+    of `rollout.eval` keeps this default instead of the training one)."""
 
 
 class RolloutSection(_Section):
@@ -93,10 +109,12 @@ class RolloutSection(_Section):
     """Distinct training games cycled through; None plays a new game every time."""
     batch_size: int = Field(16, ge=1)
     """Episodes played at once by the rollout engine."""
-    env_timeout_s: float = 30.0
+    env_timeout_s: float = Field(30.0, gt=0.0)
+    """An env step or reset slower than this is an env error (the episode is excluded from
+    the loss and counted)."""
     train: SamplingSection = Field(default_factory=SamplingSection)
     """Sampling for training rollouts."""
-    eval: SamplingSection = Field(default_factory=lambda: SamplingSection(temperature=0.0))
+    eval: EvalSamplingSection = Field(default_factory=EvalSamplingSection)
     """Sampling for evaluation (greedy by default); never the training one."""
     truncated_action: Literal["end", "step"] = "end"
     """What a reply without the end-of-turn token does: end the episode (paper) or step."""
@@ -104,24 +122,32 @@ class RolloutSection(_Section):
 
 class AlgoSection(_Section):
     estimator: str = "gae"
-    """Advantage estimator: gae, gae_turn, grpo, dr_grpo, rloo, reinforce_pp."""
+    """Advantage estimator: gae, gae_turn (critic), grpo, dr_grpo (GRPO without the division
+    by the group std), rloo, reinforce_pp."""
     gamma: float = Field(1.0, ge=0.0, le=1.0)
+    """Discount: per agent token for `gae`, per turn for `gae_turn` and `credit=turn`. The
+    published recipe uses 1.0 (gamma < 1 hurt)."""
     lam: float = Field(1.0, ge=0.0, le=1.0)
-    norm_by_std: bool = True
-    """Group estimators: divide by the group std (GRPO) or not (Dr.GRPO)."""
-    returns: Literal["episode", "turn"] = "episode"
-    """Critic-free estimators: score each turn by the episode total or by its return-to-go."""
+    """GAE lambda: 1.0 is the Monte-Carlo return minus the value, 0.0 is TD(0)."""
+    credit: Literal["episode", "turn"] = "episode"
+    """Critic-free estimators: the score a turn's tokens get. `episode`: the episode's total
+    reward, compared with its group's episode totals. `turn`: the turn's discounted
+    return-to-go, compared with the returns-to-go at the same turn of its group."""
     whiten: bool = True
-    """GAE: whiten advantages over the batch's agent tokens."""
+    """`gae`, `gae_turn`: whiten advantages over the batch's agent tokens."""
     lr: float = Field(1e-6, gt=0.0)
     """Actor learning rate (paper: 1e-6 for 1.5B models; small models need more)."""
     critic_lr: float = Field(1e-5, gt=0.0)
     critic: Literal["copy", "shared"] = "copy"
     """PPO critic: a value head on a separate copy of the policy, or on the policy's backbone."""
-    clip_low: float = 0.2
-    clip_high: float = 0.2
+    clip_low: float = Field(0.2, ge=0.0)
+    """PPO ratio clip below 1: the ratio is clipped to [1 - clip_low, 1 + clip_high]."""
+    clip_high: float = Field(0.2, ge=0.0)
+    """PPO ratio clip above 1 (raise it for DAPO-style clip-higher)."""
     dual_clip: float | None = None
+    """Dual-clip bound c > 1 on negative-advantage tokens (None: off)."""
     value_clip: float | None = 0.2
+    """Clip the critic's new values to old values +- this (None: no clipping)."""
     vf_coef: float = 0.5
     """Weight of the value loss (shared critic only; a copied critic has its own optimizer)."""
     kl_coef: float = 0.0
@@ -129,20 +155,27 @@ class AlgoSection(_Section):
     kl_in: Literal["reward", "loss"] = "loss"
     """Put the KL penalty in the per-token reward (PPO paper recipe) or in the loss (GRPO)."""
     kl_kind: Literal["k1", "k2", "k3"] = "k3"
+    """KL estimator (Schulman's k1 = log ratio, k2 = squared, k3 = unbiased low-variance)."""
     entropy_coef: float = 0.0
+    """Entropy bonus weight (0: off; entropy is logged either way)."""
     loss_agg: Literal["token_mean", "seq_mean", "constant"] = "token_mean"
+    """How per-token losses become one number: mean over the minibatch's agent tokens, mean
+    of per-row means, or a sum over a constant normaliser (Dr.GRPO)."""
     epochs: int = Field(1, ge=1)
     """Passes over each rollout batch."""
     minibatch_size: int = Field(16, ge=1)
     """Rows per optimizer step."""
     micro_batch_size: int = Field(4, ge=1)
     """Rows per forward/backward (gradient accumulation inside a minibatch)."""
-    grad_clip: float = 1.0
-    weight_decay: float = 0.0
+    grad_clip: float = Field(1.0, gt=0.0)
+    """Clip the global gradient norm to this."""
+    weight_decay: float = Field(0.0, ge=0.0)
+    """AdamW weight decay of the actor."""
 
 
 class SFTSection(_Section):
     enabled: bool = False
+    """Run SFT on expert demonstrations before RL."""
     games: int = Field(60, ge=1)
     """Expert demonstrations (one per `sft`-split game)."""
     recovery_games: int = 0
@@ -151,8 +184,11 @@ class SFTSection(_Section):
     recovery_noise: float = 0.3
     """Probability of a random admissible action per turn in recovery demonstrations."""
     epochs: int = Field(1, ge=1)
+    """Passes over the demonstrations (the paper: 1)."""
     lr: float = Field(3e-5, gt=0.0)
+    """SFT learning rate (AdamW)."""
     batch_size: int = Field(4, ge=1)
+    """Demonstration rows per optimizer step."""
     max_turns: int | None = None
     """Turn cap for demonstrations (defaults to env.max_turns)."""
     env_options: dict[str, Any] = Field(default_factory=dict)
@@ -164,7 +200,8 @@ class EvalSection(_Section):
     env_ids: list[str] = Field(default_factory=list)
     """Env ids evaluated after training (held-out split); empty means just `env.id`. List
     harder variants here to measure generalisation (train simple, evaluate complex)."""
-    split: str = "test"
+    split: Literal["train", "sft", "valid", "test"] = "test"
+    """Game split for the held-out evaluation (tune on `valid`, report on `test`)."""
     games: int = Field(20, ge=1)
     """Games per env id (one greedy episode each)."""
     max_turns: int | None = None
@@ -183,6 +220,7 @@ class TrainSection(_Section):
     checkpoint_every: int = Field(0, ge=0)
     """Save a resumable checkpoint every k iterations (0: only at the end)."""
     tensorboard: bool = True
+    """Also write TensorBoard event files next to metrics.jsonl."""
 
 
 class TrainConfig(_Section):
@@ -201,12 +239,10 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check_algorithm(self) -> TrainConfig:
-        from tripod.algos.advantages import ADVANTAGE_ESTIMATORS
-
-        if self.algo.estimator not in ADVANTAGE_ESTIMATORS:
-            valid = ", ".join(sorted(ADVANTAGE_ESTIMATORS))
+        if self.algo.estimator not in ESTIMATORS:
+            valid = ", ".join(sorted(ESTIMATORS))
             raise ValueError(f"algo.estimator: unknown {self.algo.estimator!r}; valid: {valid}")
-        spec = ADVANTAGE_ESTIMATORS[self.algo.estimator]
+        spec = ESTIMATORS[self.algo.estimator]
         if self.rollout.group_size < spec.min_group_size:
             raise ValueError(
                 f"rollout.group_size: {self.algo.estimator} needs groups of at least "
