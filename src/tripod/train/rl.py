@@ -178,7 +178,7 @@ def prepare_batch(learner: Learner, trajs: list[Trajectory]) -> dict[str, torch.
                        group_ids=batch["group_ids"], values=values,
                        episode_ids=batch["episode_ids"]),
         AdvantageConfig(estimator=algo.estimator, gamma=algo.gamma, lam=algo.lam,
-                        norm_by_std=algo.norm_by_std, returns=algo.returns, whiten=algo.whiten))
+                        returns=algo.credit, whiten=algo.whiten))
     batch["advantages"], batch["returns"] = adv.advantages, adv.returns
     batch["adv_stats"] = adv.stats
     return batch
