@@ -11,6 +11,7 @@ Splits are disjoint by construction: the game played for (split, index) is gener
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -90,6 +91,24 @@ class Env(Protocol):
     def close(self) -> None:
         """Release resources (processes, temporary folders)."""
         ...
+
+
+_PREFIX = re.compile(r"^(?:action|command|your action|>)\s*[:>]?\s*", re.IGNORECASE)
+
+
+def last_line_action(reply: str) -> str:
+    """The action in a text-game reply: its last non-empty line, minus 'Action:' style
+    prefixes, quotes and trailing punctuation. Returns '' when the reply has no text."""
+    lines = [ln.strip() for ln in reply.strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    action = _PREFIX.sub("", lines[-1]).strip()
+    return action.strip("`'\"").rstrip(".!").strip()
+
+
+def whole_reply_action(reply: str) -> str:
+    """The whole reply, stripped (for envs that parse structured actions themselves)."""
+    return reply.strip()
 
 
 class EnvError(RuntimeError):

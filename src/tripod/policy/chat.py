@@ -14,10 +14,11 @@ next generation prompt, found by rendering the template twice (see `turn_delta_t
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from transformers import PreTrainedTokenizerBase
+
+from tripod.envs.base import last_line_action as parse_action  # noqa: F401 (old name)
 
 DEFAULT_INSTRUCTION = (
     "You are an expert game solver playing a text game. Think briefly if you need to, "
@@ -92,16 +93,3 @@ def turn_delta_text(tokenizer: PreTrainedTokenizerBase, cfg: PromptConfig, objec
             "history window (prompt.history_window) for this model"
         )
     return p2[len(head):]
-
-
-_PREFIX = re.compile(r"^(?:action|command|your action|>)\s*[:>]?\s*", re.IGNORECASE)
-
-
-def parse_action(text: str) -> str:
-    """The action in a model's reply: its last non-empty line, minus 'Action:' style prefixes,
-    quotes and trailing punctuation. Returns '' when the reply has no text."""
-    lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
-    if not lines:
-        return ""
-    action = _PREFIX.sub("", lines[-1]).strip()
-    return action.strip("`'\"").rstrip(".!").strip()
