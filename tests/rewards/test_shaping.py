@@ -5,13 +5,13 @@ from __future__ import annotations
 import pytest
 
 from tripod.core.config import RewardSection
-from tripod.core.types import EpisodeEnd, Trajectory, Turn, TurnStatus
+from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
 
 
 def _traj(progress, statuses, won=False, lost=False):
     turns = [Turn([1], [2], [0.0], "a", "o", 0.0, s, progress=p)
              for p, s in zip(progress, statuses)]
-    return Trajectory("e", "train", 0, 0, 0, 0, "obj", "obs", turns, won=won, lost=lost,
+    return Trajectory(EpisodeJob("e", "train", 0, 0, 0, 0), "obj", "obs", turns, won=won, lost=lost,
                       end=EpisodeEnd.WON if won else EpisodeEnd.MAX_TURNS)
 
 
@@ -44,3 +44,14 @@ def test_turn_cost():
 
     t = _traj([0.0, 0.0], [OK, OK])
     assert turn_rewards(t, RewardSection(kind="sparse", turn_cost=0.01)) == [-0.01, -0.01]
+
+
+def test_final_score_pays_the_final_progress_on_the_last_turn():
+    from tripod.rewards import turn_rewards
+
+    # e.g. an SWE episode that ends with 3 of its 5 tests passing
+    partial = _traj([0.2, 0.6], [OK, OK], lost=True)
+    assert turn_rewards(partial, RewardSection(kind="sparse")) == [0.0, 0.0]
+    assert turn_rewards(partial, RewardSection(kind="final_score")) == pytest.approx([0.0, 0.6])
+    won = _traj([0.2, 1.0], [OK, OK], won=True)
+    assert turn_rewards(won, RewardSection(kind="final_score")) == [0.0, 1.0]

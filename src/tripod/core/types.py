@@ -33,6 +33,10 @@ class EpisodeEnd(StrEnum):
     TRUNCATED_ACTION = "truncated_action"
     ENV_TRUNCATED = "env_truncated"
     ENV_ERROR = "env_error"
+    CONTEXT_LIMIT = "context_limit"
+    """The next prompt plus `max_new_tokens` would not fit the model's context window. The
+    episode ends like one that hit the turn cap: its turns are trained on, and the turns it
+    could not play earn nothing."""
 
 
 @dataclass
@@ -60,9 +64,10 @@ class Turn:
     """False for turns excluded from imitation (injected random actions in SFT data)."""
 
 
-@dataclass
-class Trajectory:
-    """One episode: its game, its turns and how it ended."""
+@dataclass(frozen=True)
+class EpisodeJob:
+    """What the rollout engine should play: game `game_index` of `split`, sampled with
+    `sample_seed`. Episodes of one group share the game and differ only in the seed."""
 
     env_id: str
     split: str
@@ -70,6 +75,13 @@ class Trajectory:
     group_id: int
     episode_id: int
     sample_seed: int
+
+
+@dataclass
+class Trajectory:
+    """One episode: the job it played, its turns and how it ended."""
+
+    job: EpisodeJob
     objective: str
     first_observation: str
     turns: list[Turn] = field(default_factory=list)
@@ -78,6 +90,30 @@ class Trajectory:
     max_score: float = 1.0
     end: EpisodeEnd = EpisodeEnd.MAX_TURNS
     error: str | None = None
+
+    @property
+    def env_id(self) -> str:
+        return self.job.env_id
+
+    @property
+    def split(self) -> str:
+        return self.job.split
+
+    @property
+    def game_index(self) -> int:
+        return self.job.game_index
+
+    @property
+    def group_id(self) -> int:
+        return self.job.group_id
+
+    @property
+    def episode_id(self) -> int:
+        return self.job.episode_id
+
+    @property
+    def sample_seed(self) -> int:
+        return self.job.sample_seed
 
     @property
     def num_turns(self) -> int:
@@ -97,20 +133,9 @@ class Trajectory:
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> Trajectory:
+        """Inverse of `to_json` (round trip exact: ids, logprobs, statuses)."""
         data = dict(data)
+        data["job"] = EpisodeJob(**data["job"])
         data["turns"] = [Turn(**{**t, "status": TurnStatus(t["status"])}) for t in data["turns"]]
         data["end"] = EpisodeEnd(data["end"])
         return cls(**data)
-
-
-@dataclass(frozen=True)
-class EpisodeJob:
-    """What the rollout engine should play: game `game_index` of `split`, sampled with
-    `sample_seed`. Episodes of one group share the game and differ only in the seed."""
-
-    env_id: str
-    split: str
-    game_index: int
-    group_id: int
-    episode_id: int
-    sample_seed: int

@@ -27,10 +27,22 @@ from tripod.envs.registry import make
 POLICIES = ("expert", "random", "human")
 
 
-class Policy(Protocol):
-    """Chooses the next action from the current observation and info."""
+@dataclass(frozen=True)
+class ScriptedAction:
+    """What a scripted policy does in one turn."""
 
-    def act(self, observation: str, info: StepInfo) -> str: ...
+    text: str
+    """The reply, exactly as a model would write it (the env family's action format)."""
+    trainable: bool = True
+    """False for a deliberate mistake (recovery demonstrations): it is played but never
+    imitated."""
+
+
+class ScriptedPolicy(Protocol):
+    """A policy that is not a model: the expert, random play, or a person. The same object
+    plays in `tripod play` and, one per episode, in the rollout engine (SFT demonstrations)."""
+
+    def act(self, observation: str, info: StepInfo) -> ScriptedAction: ...
 
 
 class QuitPlay(Exception):
@@ -39,14 +51,22 @@ class QuitPlay(Exception):
 
 @dataclass
 class ExpertPolicy:
-    """Follows the env's expert (for TextWorld, the shortest plan from the current state)."""
+    """Follows the env's expert (for TextWorld, the shortest plan from the current state).
+
+    With `noise` > 0, a random admissible action replaces the expert's with that probability
+    and is marked not trainable: demonstrations then show the expert recovering from
+    mistakes (walkthroughs alone contain none)."""
 
     env_id: str
+    noise: float = 0.0
+    rng: random.Random = field(default_factory=random.Random)
 
-    def act(self, observation: str, info: StepInfo) -> str:
+    def act(self, observation: str, info: StepInfo) -> ScriptedAction:
         if info.expert_action is None:
             raise ValueError(f"{self.env_id} gave no expert_action; the expert policy needs one")
-        return info.expert_action
+        if self.noise > 0 and info.admissible_actions and self.rng.random() < self.noise:
+            return ScriptedAction(self.rng.choice(info.admissible_actions), trainable=False)
+        return ScriptedAction(info.expert_action)
 
 
 @dataclass
@@ -55,10 +75,10 @@ class RandomPolicy:
 
     rng: random.Random
 
-    def act(self, observation: str, info: StepInfo) -> str:
+    def act(self, observation: str, info: StepInfo) -> ScriptedAction:
         if not info.admissible_actions:
-            return "look"  # no list to draw from: a harmless command
-        return self.rng.choice(info.admissible_actions)
+            return ScriptedAction("look")  # no list to draw from: a harmless command
+        return ScriptedAction(self.rng.choice(info.admissible_actions))
 
 
 @dataclass
@@ -68,7 +88,7 @@ class HumanPolicy:
     input_fn: Callable[[str], str]
     print_fn: Callable[..., None]
 
-    def act(self, observation: str, info: StepInfo) -> str:
+    def act(self, observation: str, info: StepInfo) -> ScriptedAction:
         self.print_fn(f"\n{observation}")
         while True:
             try:
@@ -76,13 +96,13 @@ class HumanPolicy:
             except (EOFError, KeyboardInterrupt) as exc:
                 raise QuitPlay from exc
             if action.strip() != "?":
-                return action
+                return ScriptedAction(action)
             self.print_fn(", ".join(info.admissible_actions or ["(no list available)"]))
 
 
 def make_policy(name: str, env_id: str, seed: int = 0,
                 input_fn: Callable[[str], str] = input,
-                print_fn: Callable[..., None] = print) -> Policy:
+                print_fn: Callable[..., None] = print) -> ScriptedPolicy:
     """Build one of `POLICIES` by name."""
     if name == "expert":
         return ExpertPolicy(env_id)
@@ -94,7 +114,7 @@ def make_policy(name: str, env_id: str, seed: int = 0,
 
 
 def default_max_turns(env_id: str) -> int:
-    """The paper's turn caps (PAPER.md): 12 for w2-o3-q4 and 24 for w4-o6-q8, i.e. three
+    """The paper's turn caps (arXiv 2510.01132): 12 for w2-o3-q4 and 24 for w4-o6-q8, i.e. three
     times the quest length for custom TextWorld games; 24 for tw-simple and ALFWorld; 40
     tool calls for SWE tasks."""
     if m := re.fullmatch(r"textworld/w\d+-o\d+-q(\d+)", env_id):
@@ -166,7 +186,7 @@ class PlaySummary:
                 "mean_turns": self.mean_turns, "records": [asdict(r) for r in self.records]}
 
 
-def play_episode(env: Env, policy: Policy, index: int, max_turns: int,
+def play_episode(env: Env, policy: ScriptedPolicy, index: int, max_turns: int,
                  print_fn: Callable[..., None] = print) -> EpisodeRecord:
     """Play game `index` until it ends or `max_turns` actions were taken.
 
@@ -176,7 +196,7 @@ def play_episode(env: Env, policy: Policy, index: int, max_turns: int,
                            info.max_score, 0)
     terminated = False
     while record.turns < max_turns and not terminated:
-        action = policy.act(observation, info)
+        action = policy.act(observation, info).text
         step = env.step(action)
         observation, info = step.observation, step.info
         record.turns += 1

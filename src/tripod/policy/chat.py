@@ -1,6 +1,6 @@
 """Prompt formatting with the model's own chat template, and action parsing.
 
-The published prompt (PAPER.md): the first user message gives the role, asks the model to
+The published prompt (arXiv 2510.01132): the first user message gives the role, asks the model to
 end its output with an action starting with a verb, states the objective, then
 "current state: {obs}" and "your action:". Each later user message is the new observation
 followed by "your action:". The history window keeps the first message and the last k
@@ -14,10 +14,9 @@ next generation prompt, found by rendering the template twice (see `turn_delta_t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from transformers import PreTrainedTokenizerBase
 
+from tripod.core.config import PromptSection
 from tripod.envs.base import last_line_action as parse_action  # noqa: F401 (old name)
 
 DEFAULT_INSTRUCTION = (
@@ -26,22 +25,13 @@ DEFAULT_INSTRUCTION = (
 )
 
 
-@dataclass
-class PromptConfig:
-    """How the chat shown to the model is built."""
-
-    instruction: str = DEFAULT_INSTRUCTION
-    """The role and answer format, placed before the objective in the first user message."""
-    system_prompt: str | None = None
-    """A system message; None keeps the chat template's default (if it has one)."""
-    history_window: int | None = None
-    """Keep only the last k (action, observation) pairs; None keeps all turns (and lets the
-    rollout engine reuse its KV cache across turns)."""
+PromptConfig = PromptSection
+"""How the chat shown to the model is built: the recipe's `prompt` section itself."""
 
 
 def first_user_message(cfg: PromptConfig, objective: str, observation: str) -> str:
     return (
-        f"{cfg.instruction}\n\nObjective: {objective.strip()}\n\n"
+        f"{cfg.instruction or DEFAULT_INSTRUCTION}\n\nObjective: {objective.strip()}\n\n"
         f"current state: {observation.strip()}\nyour action:"
     )
 

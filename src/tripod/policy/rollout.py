@@ -8,13 +8,18 @@ per-step time-out. Finished episodes leave the batch and queued ones take their 
 batch mixes episodes at different turns.
 
 Token-in-token-out: each `Turn` records the exact context ids and the sampled ids with their
-logprobs; training uses these ids, never a re-tokenization of decoded text.
+logprobs; training uses these ids, never a re-tokenization of decoded text. How a reply
+becomes an action is the env family's rule (`EnvFamily.action_parser`: the last command line
+for text games, one whole tool call for SWE), and the default instruction describes that rule.
+
+Context window: before each turn, an episode whose prompt plus `max_new_tokens` would not fit
+the model's context ends with `EpisodeEnd.CONTEXT_LIMIT` (counted; its turns are kept for
+training, as with the turn cap). Nothing is ever truncated silently.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
+import random
 import time
 from collections import deque
 from collections.abc import Callable
@@ -26,38 +31,37 @@ from typing import Literal
 import torch
 
 from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
-from tripod.envs import Env, Step, make
+from tripod.envs import Env, Step
+from tripod.envs.base import StepInfo, last_line_action
+from tripod.envs.play import ExpertPolicy, RandomPolicy, ScriptedAction, ScriptedPolicy
+from tripod.envs.pool import EnvPool, close_quietly
+from tripod.envs.registry import family_of
 from tripod.policy.chat import (
+    DEFAULT_INSTRUCTION,
     PromptConfig,
     build_messages,
-    parse_action,
     render_prompt_ids,
     turn_delta_text,
 )
 from tripod.policy.models import Policy
 from tripod.policy.sampler import RowState, Sample, SamplingParams, decode, extend
 
-Actor = Callable[[str | None, list[str] | None, torch.Generator], tuple[str, bool]]
-"""A scripted policy: (expert_action, admissible_actions, rng) -> (action text, trainable)."""
+ScriptedFactory = Callable[[EpisodeJob], ScriptedPolicy]
+"""Builds the scripted policy of one episode (seeded from the job: episodes stay
+independent and reproducible whatever the batch)."""
 
 
 @dataclass
 class RolloutConfig:
-    """How episodes are played."""
+    """How episodes are played. Built from a recipe by `train.common.rollout_config`; each
+    field is documented on the recipe field it comes from (`core/config.py`)."""
 
-    max_turns: int = 12
-    """Turn cap per episode (12 for w2-o3-q4, 24 for larger games in the paper)."""
-    batch_size: int = 16
-    """Episodes played at once (the decode batch)."""
-    env_timeout_s: float = 30.0
-    """An env step slower than this is an env error (the episode is excluded, counted)."""
-    truncated_action: Literal["end", "step"] = "end"
-    """A reply without the end-of-turn token: `end` marks the turn truncated and ends the
-    episode (the paper's rule); `step` still sends the parsed text to the env (for tests
-    with models that have not learnt to stop)."""
-    prompt: PromptConfig = field(default_factory=PromptConfig)
-    env_options: dict = field(default_factory=dict)
-    """Overrides passed to `tripod.envs.make` for every episode."""
+    max_turns: int = 12                                   # env.max_turns
+    batch_size: int = 16                                  # rollout.batch_size
+    env_timeout_s: float = 30.0                           # rollout.env_timeout_s
+    truncated_action: Literal["end", "step"] = "end"      # rollout.truncated_action
+    prompt: PromptConfig = field(default_factory=PromptConfig)   # prompt.*
+    env_options: dict = field(default_factory=dict)       # env.options
 
 
 @dataclass
@@ -66,6 +70,7 @@ class RolloutStats:
     env_steps: int = 0
     generated_tokens: int = 0
     env_errors: int = 0
+    context_limits: int = 0
     seconds: float = 0.0
 
     @property
@@ -84,52 +89,53 @@ class RolloutStats:
 @dataclass
 class _Episode:
     job: EpisodeJob
-    env: Env
+    env: Env | None
     traj: Trajectory
     generator: torch.Generator
     context: list[int]
+    prompt: PromptConfig
+    parse: Callable[[str], str]
     row: RowState = field(default_factory=RowState)
     history: list[tuple[str, str]] = field(default_factory=list)
-    expert: str | None = None
-    """The expert's action in the current state (recorded on the next turn)."""
-    admissible: list[str] | None = None
+    observation: str = ""
+    info: StepInfo = field(default_factory=StepInfo)
+    """The env's latest info (the expert's next action, admissible actions)."""
+    scripted: ScriptedPolicy | None = None
     done: bool = False
 
 
 class RolloutEngine:
-    """Plays `EpisodeJob`s with a policy and returns token-exact `Trajectory`s."""
+    """Plays `EpisodeJob`s with a policy and returns token-exact `Trajectory`s.
 
-    def __init__(self, policy: Policy, cfg: RolloutConfig,
+    Envs come from `pool` (shared with other engines of the same run; the caller closes it)
+    or, when none is given, from a pool the engine owns and closes in `close()`. An
+    `env_factory` (for tests) builds a fresh env per episode instead and closes it after.
+    """
+
+    def __init__(self, policy: Policy, cfg: RolloutConfig, pool: EnvPool | None = None,
                  env_factory: Callable[[EpisodeJob], Env] | None = None) -> None:
         self.policy = policy
         self.cfg = cfg
-        self.env_factory = env_factory or (
-            lambda job: make(job.env_id, split=job.split, **cfg.env_options))
-        # Idle envs, reused across episodes, `collect` calls and (with the default factory)
-        # engines: starting an env can be costly (a TextWorld game process imports textworld
-        # for seconds), resetting one is cheap.
-        self._idle: dict[tuple, list[Env]] = _SHARED_IDLE if env_factory is None else {}
+        self.env_factory = env_factory
+        self._owns_pool = pool is None
+        self.pool = pool or EnvPool()
         self._eos_text = policy.tokenizer.decode([policy.eos_token_ids[0]])
-
-    def _key(self, job: EpisodeJob) -> tuple:
-        return (job.env_id, job.split, repr(sorted(self.cfg.env_options.items())))
-
-    def _acquire(self, job: EpisodeJob) -> Env:
-        idle = self._idle.get(self._key(job))
-        return idle.pop() if idle else self.env_factory(job)
+        self.context_length: int | None = getattr(
+            policy.model.config, "max_position_embeddings", None)
+        """Longest sequence the model takes (prompt + reply); None: unchecked."""
 
     def close(self) -> None:
-        """Close this engine's idle envs; shared ones stay for other engines until exit."""
-        if self._idle is not _SHARED_IDLE:
-            _close_all(self._idle)
+        """Close the envs of the pool this engine owns (a shared pool is its owner's)."""
+        if self._owns_pool:
+            self.pool.close()
 
     def collect(self, jobs: list[EpisodeJob], sampling: SamplingParams,
-                actor: Actor | None = None) -> tuple[list[Trajectory], RolloutStats]:
+                actor: ScriptedFactory | None = None) -> tuple[list[Trajectory], RolloutStats]:
         """Play every job; trajectories come back in job order.
 
-        With an `actor` (a scripted policy, e.g. the expert for SFT data) the model is not
-        run: the actor's text is tokenized as the reply, so demonstrations get exactly the
-        prompt formatting that RL rollouts get.
+        With an `actor` (a scripted policy per episode, e.g. the expert for SFT data) the
+        model is not run: the actor's text is tokenized as the reply, so demonstrations get
+        exactly the prompt formatting and action parsing that RL rollouts get.
         """
         stats = RolloutStats()
         start = time.perf_counter()
@@ -143,14 +149,11 @@ class RolloutEngine:
         try:
             while queue or active:
                 while queue and len(active) < self.cfg.batch_size:
-                    ep = self._start(queue.popleft(), pool)
-                    if ep.done:
-                        finished[ep.job.episode_id] = ep.traj
-                    else:
-                        active.append(ep)
-                if not active:
-                    continue
-                self._turn(active, sampling, pool, stats, actor)
+                    active.append(self._start(queue.popleft(), pool, actor))
+                self._end_over_context(active, sampling, actor)
+                playing = [e for e in active if not e.done]
+                if playing:
+                    self._turn(playing, sampling, pool, stats)
                 for ep in [e for e in active if e.done]:
                     finished[ep.job.episode_id] = ep.traj
                     self._release(ep)
@@ -160,39 +163,70 @@ class RolloutEngine:
             self.policy.model.train(was_training)
         stats.episodes = len(finished)
         stats.env_errors = sum(t.failed for t in finished.values())
+        stats.context_limits = sum(t.end is EpisodeEnd.CONTEXT_LIMIT for t in finished.values())
         stats.seconds = time.perf_counter() - start
         return [finished[j.episode_id] for j in jobs], stats
 
     # -- episode life cycle -------------------------------------------------------------
-    def _start(self, job: EpisodeJob, pool: ThreadPoolExecutor) -> _Episode:
-        traj = Trajectory(job.env_id, job.split, job.game_index, job.group_id, job.episode_id,
-                          job.sample_seed, objective="", first_observation="")
+    def _start(self, job: EpisodeJob, pool: ThreadPoolExecutor,
+               actor: ScriptedFactory | None) -> _Episode:
+        traj = Trajectory(job, objective="", first_observation="")
         gen = torch.Generator().manual_seed(job.sample_seed)
-        env = None
+        prompt, parse = self._family_rules(job.env_id)
+        ep = _Episode(job, None, traj, gen, [], prompt, parse,
+                      scripted=actor(job) if actor else None)
         try:
-            env = self._acquire(job)
-            obs, info = pool.submit(env.reset, job.game_index).result(self.cfg.env_timeout_s)
+            ep.env = self._acquire(job)
+            obs, info = pool.submit(ep.env.reset, job.game_index).result(self.cfg.env_timeout_s)
         except Exception as exc:  # a broken env must not take the run down: mark and count
             traj.end, traj.error = EpisodeEnd.ENV_ERROR, f"reset failed: {_describe(exc)}"
-            if env is not None:
-                _close_quietly(env)
-            return _Episode(job, None, traj, gen, [], done=True)  # type: ignore[arg-type]
+            ep.done = True
+            return ep
         traj.objective, traj.first_observation, traj.max_score = info.objective, obs, info.max_score
-        ids = render_prompt_ids(self.policy.tokenizer, self._messages(traj, []))
-        return _Episode(job, env, traj, gen, ids, expert=info.expert_action,
-                        admissible=info.admissible_actions)
+        ep.observation, ep.info = obs, info
+        ep.context = render_prompt_ids(self.policy.tokenizer, self._messages(ep))
+        return ep
 
-    def _messages(self, traj: Trajectory, history: list[tuple[str, str]]) -> list[dict[str, str]]:
-        return build_messages(self.cfg.prompt, traj.objective, traj.first_observation, history)
+    def _family_rules(self, env_id: str) -> tuple[PromptConfig, Callable[[str], str]]:
+        """The prompt (with the family's default instruction) and the family's action parser."""
+        try:
+            family = family_of(env_id)
+        except KeyError:  # an env built by a test's factory under an unregistered id
+            return self.cfg.prompt, last_line_action
+        prompt = self.cfg.prompt
+        if prompt.instruction is None:
+            prompt = prompt.model_copy(
+                update={"instruction": family.instruction or DEFAULT_INSTRUCTION})
+        return prompt, family.action_parser
+
+    def _acquire(self, job: EpisodeJob) -> Env:
+        if self.env_factory is not None:
+            return self.env_factory(job)
+        return self.pool.acquire(job.env_id, job.split, self.cfg.env_options)
+
+    def _messages(self, ep: _Episode) -> list[dict[str, str]]:
+        return build_messages(ep.prompt, ep.traj.objective, ep.traj.first_observation,
+                              ep.history)
 
     def _release(self, ep: _Episode) -> None:
-        """Keep a healthy env for the next episode; close one that failed."""
         if ep.env is None:
             return
-        if ep.traj.failed:
-            _close_quietly(ep.env)
+        if self.env_factory is not None:
+            close_quietly(ep.env)
         else:
-            self._idle.setdefault(self._key(ep.job), []).append(ep.env)
+            self.pool.release(ep.env, ep.job.env_id, ep.job.split, self.cfg.env_options,
+                              healthy=not ep.traj.failed)
+
+    def _end_over_context(self, active: list[_Episode], sampling: SamplingParams,
+                          actor: ScriptedFactory | None) -> None:
+        """End episodes whose next prompt + reply would not fit the model's context."""
+        if self.context_length is None:
+            return
+        for ep in active:
+            if not ep.done and len(ep.context) + sampling.max_new_tokens > self.context_length:
+                ep.traj.end, ep.done = EpisodeEnd.CONTEXT_LIMIT, True
+                ep.traj.error = (f"prompt of {len(ep.context)} tokens + {sampling.max_new_tokens}"
+                                 f" new tokens exceeds the context of {self.context_length}")
 
     # -- one turn for every active episode -------------------------------------------------
     def _sample(self, active: list[_Episode], sampling: SamplingParams) -> list[Sample]:
@@ -203,21 +237,22 @@ class RolloutEngine:
                       [ep.generator for ep in active], self.policy.eos_token_ids,
                       self.policy.pad_token_id)
 
-    def _scripted(self, active: list[_Episode], actor: Actor) -> list[Sample]:
+    def _scripted(self, active: list[_Episode]) -> list[Sample]:
         tok, eos = self.policy.tokenizer, self.policy.eos_token_ids[0]
         samples = []
         for ep in active:
-            text, trainable = actor(ep.expert, ep.admissible, ep.generator)
-            ids = tok(text, add_special_tokens=False)["input_ids"] + [eos]
-            samples.append(Sample(ids, [0.0] * len(ids), ended=True, trainable=trainable))
+            action: ScriptedAction = ep.scripted.act(ep.observation, ep.info)
+            ids = tok(action.text, add_special_tokens=False)["input_ids"] + [eos]
+            samples.append(Sample(ids, [0.0] * len(ids), ended=True, trainable=action.trainable))
         return samples
 
     def _turn(self, active: list[_Episode], sampling: SamplingParams,
-              pool: ThreadPoolExecutor, stats: RolloutStats, actor: Actor | None) -> None:
-        samples = self._scripted(active, actor) if actor else self._sample(active, sampling)
+              pool: ThreadPoolExecutor, stats: RolloutStats) -> None:
+        scripted = active[0].scripted is not None
+        samples = self._scripted(active) if scripted else self._sample(active, sampling)
         stats.generated_tokens += sum(len(s.ids) for s in samples)
         texts = [self.policy.tokenizer.decode(s.ids, skip_special_tokens=True) for s in samples]
-        actions = [parse_action(t) for t in texts]
+        actions = [ep.parse(t) for ep, t in zip(active, texts)]
         futures = {i: pool.submit(ep.env.step, actions[i])
                    for i, (ep, s) in enumerate(zip(active, samples))
                    if s.ended or self.cfg.truncated_action == "step"}
@@ -249,12 +284,12 @@ class RolloutEngine:
             reward=float(step.reward) if step else 0.0, status=status,
             score=step.info.score if step else 0.0,
             progress=step.info.progress if step else 0.0,
-            expert_action=ep.expert, trainable=sample.trainable,
+            expert_action=ep.info.expert_action, trainable=sample.trainable,
         ))
 
     def _after_step(self, ep: _Episode, step: Step, action: str) -> None:
         info, traj = step.info, ep.traj
-        ep.expert, ep.admissible = info.expert_action, info.admissible_actions
+        ep.observation, ep.info = step.observation, info
         traj.won, traj.lost = info.won, info.lost
         if step.terminated or info.won or info.lost:
             traj.end = EpisodeEnd.WON if info.won else EpisodeEnd.LOST
@@ -271,58 +306,24 @@ class RolloutEngine:
     def _next_context(self, ep: _Episode, observation: str) -> None:
         """Grow the context by the template delta, or rebuild it for a finite window."""
         tok = self.policy.tokenizer
-        if self.cfg.prompt.history_window is None:
-            delta = turn_delta_text(tok, self.cfg.prompt, ep.traj.objective,
+        if ep.prompt.history_window is None:
+            delta = turn_delta_text(tok, ep.prompt, ep.traj.objective,
                                     ep.traj.first_observation, observation, self._eos_text)
             ep.context.extend(tok(delta, add_special_tokens=False)["input_ids"])
         else:  # the prompt changes at its start: no cache reuse possible
-            ep.context = render_prompt_ids(tok, self._messages(ep.traj, ep.history))
+            ep.context = render_prompt_ids(tok, self._messages(ep))
             ep.row = RowState()
 
 
-def expert_actor(noise: float = 0.0) -> Actor:
-    """The env's expert; with `noise` > 0 a random admissible action is taken instead with that
-    probability and marked not trainable, so demonstrations show recovery from mistakes."""
-
-    def act(expert: str | None, admissible: list[str] | None,
-            rng: torch.Generator) -> tuple[str, bool]:
-        if expert is None:
-            raise ValueError("this env exposes no expert_action; it cannot give demonstrations")
-        if noise > 0 and admissible and float(torch.rand(1, generator=rng)) < noise:
-            return admissible[int(torch.randint(len(admissible), (1,), generator=rng))], False
-        return expert, True
-
-    return act
+def expert_actor(noise: float = 0.0) -> ScriptedFactory:
+    """The env's expert for each episode; with `noise` > 0 a random admissible action is taken
+    instead with that probability and marked not trainable (recovery demonstrations)."""
+    return lambda job: ExpertPolicy(job.env_id, noise, random.Random(job.sample_seed))
 
 
-def random_actor() -> Actor:
+def random_actor() -> ScriptedFactory:
     """A uniformly random admissible action, trainable (a format-only prior for tests)."""
-
-    def act(expert: str | None, admissible: list[str] | None,
-            rng: torch.Generator) -> tuple[str, bool]:
-        if not admissible:
-            raise ValueError("this env exposes no admissible_actions")
-        return admissible[int(torch.randint(len(admissible), (1,), generator=rng))], True
-
-    return act
-
-
-_SHARED_IDLE: dict[tuple, list[Env]] = {}
-
-
-def _close_all(idle: dict[tuple, list[Env]]) -> None:
-    for envs in idle.values():
-        for env in envs:
-            _close_quietly(env)
-    idle.clear()
-
-
-atexit.register(_close_all, _SHARED_IDLE)
-
-
-def _close_quietly(env: Env) -> None:
-    with contextlib.suppress(Exception):  # best effort; the trajectory is already safe
-        env.close()
+    return lambda job: RandomPolicy(random.Random(job.sample_seed))
 
 
 def _describe(exc: BaseException) -> str:

@@ -9,8 +9,13 @@ Worked example (dense, a game with max_score 4, won in 3 turns, second action in
 
 Dense rewards are progress gains normalised by the game's own max score (`progress` is
 score / max_score for TextWorld), so a won episode sums to 1 and a losing one to less (the
-paper normalises the same way). Sparse gives [0, 0, 1]. The trainer places each turn's reward
-on that turn's last agent token (its end-of-turn token).
+paper normalises the same way). Sparse gives [0, 0, 1]. `final_score` gives [0, 0, 1.0]: the
+progress reached at the end (for an SWE task, the share of its tests passing: 3 of 5 passing
+gives 0.6 on the last turn, while sparse gives 0). The trainer places each turn's reward on
+that turn's last agent token (its end-of-turn token).
+
+These rules read only what every env reports per turn (`won`, `lost`, `progress`): the reward
+pillar is the one place that turns outcomes into rewards, so env options never change them.
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ def turn_rewards(traj: Trajectory, cfg: RewardSection) -> list[float]:
     n = traj.num_turns
     if n == 0:
         return []
-    if cfg.kind == "sparse":
+    if cfg.kind in ("sparse", "final_score"):
         rewards = [0.0] * n
-        rewards[-1] = 1.0 if traj.won else 0.0
+        final = traj.turns[-1].progress if cfg.kind == "final_score" else 0.0
+        rewards[-1] = 1.0 if traj.won else min(max(final, 0.0), 1.0)
     else:
         progress = [0.0] + [t.progress for t in traj.turns]
         rewards = [progress[k + 1] - progress[k] for k in range(n)]

@@ -12,7 +12,6 @@ import numpy as np
 import torch
 
 from tripod.core.config import TrainConfig, dump_config
-from tripod.policy.chat import DEFAULT_INSTRUCTION, PromptConfig
 from tripod.policy.rollout import RolloutConfig
 from tripod.policy.sampler import SamplingParams
 
@@ -23,18 +22,12 @@ def seed_everything(seed: int) -> None:
     torch.manual_seed(seed)
 
 
-def prompt_config(cfg: TrainConfig) -> PromptConfig:
-    return PromptConfig(instruction=cfg.prompt.instruction or DEFAULT_INSTRUCTION,
-                        system_prompt=cfg.prompt.system_prompt,
-                        history_window=cfg.prompt.history_window)
-
-
 def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutConfig:
     return RolloutConfig(max_turns=max_turns or cfg.env.max_turns,
                          batch_size=cfg.rollout.batch_size,
                          env_timeout_s=cfg.rollout.env_timeout_s,
                          truncated_action=cfg.rollout.truncated_action,
-                         prompt=prompt_config(cfg), env_options=dict(cfg.env.options))
+                         prompt=cfg.prompt.model_copy(), env_options=dict(cfg.env.options))
 
 
 def sampling_params(section) -> SamplingParams:
