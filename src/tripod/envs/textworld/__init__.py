@@ -61,16 +61,21 @@ _OBS = TextWorldObsConfig  # its class attributes are the flags' defaults
 _SPLIT_FOODS = {"valid": "valid", "test": "test"}  # other splits draw TextWorld's train foods
 
 
+def _id_match(pattern: str, env_id: str) -> re.Match[str]:
+    """The id's parts (a factory called with another family's id is a caller bug)."""
+    match = re.fullmatch(pattern, env_id)
+    if match is None:
+        raise KeyError(f"{env_id!r} does not match {pattern!r}")
+    return match
+
+
 def make_custom(env_id: str, split: str = "train", *, objective: bool = _OBS.objective,
                 look: bool = _OBS.look, inventory: bool = _OBS.inventory,
                 admissible_actions: bool = _OBS.admissible_actions,
                 max_turns: int | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
                 load_timeout_s: float = LOAD_TIMEOUT_S) -> TextWorldEnv:
     """``textworld/wW-oO-qQ``: the sizes come from the id; options as in the module doc."""
-    match = re.fullmatch(CUSTOM_PATTERN, env_id)
-    if match is None:
-        raise KeyError(f"not a custom TextWorld env id: {env_id!r}")
-    game = CustomGame(*(int(g) for g in match.groups()))
+    game = CustomGame(*(int(g) for g in _id_match(CUSTOM_PATTERN, env_id).groups()))
     obs = TextWorldObsConfig(objective, look, inventory, admissible_actions)
     return TextWorldEnv(env_id, split, game, obs, max_turns, step_timeout_s, load_timeout_s)
 
@@ -82,10 +87,8 @@ def make_simple(env_id: str, split: str = "train", *, goal: str = SimpleGame.goa
                 max_turns: int | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
                 load_timeout_s: float = LOAD_TIMEOUT_S) -> TextWorldEnv:
     """``textworld/simple-DENSITY``: `SimpleGame` options ``goal`` and ``test_foods``."""
-    match = re.fullmatch(SIMPLE_PATTERN, env_id)
-    if match is None:
-        raise KeyError(f"not a tw-simple env id: {env_id!r}")
-    game = SimpleGame(rewards=match.group(1), goal=goal, test_foods=test_foods)
+    density = _id_match(SIMPLE_PATTERN, env_id).group(1)
+    game = SimpleGame(rewards=density, goal=goal, test_foods=test_foods)
     obs = TextWorldObsConfig(objective, look, inventory, admissible_actions)
     return TextWorldEnv(env_id, split, game, obs, max_turns, step_timeout_s, load_timeout_s)
 
@@ -102,8 +105,7 @@ def make_cooking(env_id: str, split: str = "train", *, recipe: int = CookingGame
                  load_timeout_s: float = LOAD_TIMEOUT_S) -> TextWorldEnv:
     """``textworld/cooking``: the `CookingGame` options. ``food_split`` defaults to the
     env's split for ``valid`` and ``test`` (unseen foods) and to ``train`` otherwise."""
-    if re.fullmatch(COOKING_PATTERN, env_id) is None:
-        raise KeyError(f"not a tw-cooking env id: {env_id!r}")
+    _id_match(COOKING_PATTERN, env_id)
     game = CookingGame(recipe=recipe, take=take, go=go, open=open, cook=cook, cut=cut,
                        drop=drop, recipe_seed=recipe_seed,
                        food_split=food_split or _SPLIT_FOODS.get(split, "train"))
