@@ -1,7 +1,9 @@
-"""TextWorld env: determinism, won vs lost, bad input, observation config, failures.
+"""TextWorld env played on real games: determinism, won vs lost, bad input, observation
+config, failures of the game process.
 
-Games are cached on disk: `TRIPOD_CACHE` points at /tmp/tripod-test-cache unless already
-set, so a second run skips generation (about 3-5 s per game on 2 cores)."""
+Games are cached on disk (tests/conftest.py points `TRIPOD_CACHE` at /tmp/tripod-test-cache
+unless set), so a second run skips generation (about 3-5 s per game on 2 cores). Options,
+factories and the `prepare` hook are tested in test_textworld_options.py."""
 
 from __future__ import annotations
 
@@ -12,27 +14,22 @@ from collections.abc import Iterator
 import pytest
 
 from tripod.envs import Env, EnvError, StepInfo, make
+from tripod.envs.registry import family_of
 from tripod.envs.textworld import (
     TextWorldEnv,
     TextWorldObsConfig,
-    clean_feedback,
     generate_game,
-    is_parser_error,
-    prepare_games,
 )
 
 CUSTOM = "textworld/w2-o3-q4"
 SIMPLE = "textworld/simple-dense"
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _game_cache() -> Iterator[None]:
-    with pytest.MonkeyPatch.context() as mp:
-        if "TRIPOD_CACHE" not in os.environ:
-            mp.setenv("TRIPOD_CACHE", "/tmp/tripod-test-cache")
-        prepare_games(CUSTOM, "test", range(3), workers=2, progress=False)
-        prepare_games(SIMPLE, "test", range(3), workers=2, progress=False)
-        yield
+@pytest.fixture(scope="module", autouse=True)
+def _games() -> None:
+    """The games these tests play, generated up front by the families' `prepare` hook."""
+    for env_id in (CUSTOM, SIMPLE):
+        family_of(env_id).prepare(env_id, "test", [0, 1, 2], {})
 
 
 @pytest.fixture(scope="module")
@@ -101,22 +98,45 @@ def test_cache_folder_names_every_parameter(env: TextWorldEnv) -> None:
     assert not any(p.name.startswith(".tmp") for p in folder.parent.iterdir())
 
 
-def test_eating_the_food_loses_tw_simple() -> None:
-    env = make(SIMPLE, split="test")
+def _play_until_food_is_edible(env: TextWorldEnv) -> tuple[StepInfo, str]:
+    """Follow the expert on tw-simple until eating the food is possible."""
     _, info = env.reset(0)
-    for _ in range(30):  # follow the expert until the food can be eaten
+    for _ in range(30):
         eat = [a for a in info.admissible_actions or [] if a.startswith("eat ")]
         if eat:
-            break
+            return info, eat[0]
         info = env.step(info.expert_action).info
-    assert eat, "the expert never holds the food"
-    step = env.step(eat[0])
+    raise AssertionError("the expert never holds the food")
+
+
+def test_eating_the_food_loses_tw_simple() -> None:
+    """TextWorld's `done` is won OR lost: the env reports it as lost, never as success."""
+    env = make(SIMPLE, split="test")
+    before, eat = _play_until_food_is_edible(env)
+    step = env.step(eat)
     assert step.info.lost and not step.info.won
     assert step.terminated and not step.truncated
     assert step.info.expert_action is None
+    assert step.info.progress == before.progress < 1.0  # losing earns no progress
     after = env.step("look")  # the game is over: nothing more happens
-    assert after.terminated and after.info.lost
+    assert after.terminated and after.info.lost and not after.info.won
     env.close()
+
+
+def test_progress_is_score_over_the_games_max_score() -> None:
+    """tw-simple dense scores every sub-goal, so progress moves strictly inside (0, 1)."""
+    env = make(SIMPLE, split="test")
+    _, info = env.reset(1)
+    seen = []
+    while info.expert_action is not None:
+        step = env.step(info.expert_action)
+        info = step.info
+        assert info.max_score > 1 and info.progress == pytest.approx(
+            min(info.score / info.max_score, 1.0))
+        seen.append(info.progress)
+    env.close()
+    assert info.won and not info.lost and step.terminated and seen[-1] == 1.0
+    assert any(0.0 < p < 1.0 for p in seen) and seen == sorted(seen)
 
 
 @pytest.mark.parametrize("action", ["", "   ", "x" * 10_000, "\x00\x07\x1b[2J", "\ud800\udcff",
@@ -144,29 +164,19 @@ def test_valid_but_failing_command_is_not_invalid(env: TextWorldEnv) -> None:
     assert not env.step(info.expert_action).info.invalid_action
 
 
-def test_parser_error_detection() -> None:
-    assert is_parser_error("That's not a verb I recognise.")
-    assert is_parser_error("\nWhat do you want to take?")
-    assert not is_parser_error("You can't go that way.")
-    assert clean_feedback("\nHi.\n\n\n\n>    -= Attic =-0/3") == "Hi."
-
-
 def test_observation_flags() -> None:
     env = make(CUSTOM, split="test", look=True, inventory=True, admissible_actions=True)
+    assert env.obs == TextWorldObsConfig(look=True, inventory=True, admissible_actions=True)
     obs, info = env.reset(0)
     assert "Inventory: You are carrying nothing." in obs
     assert "Admissible actions: " + ", ".join(info.admissible_actions) in obs
     assert obs.count("-= ") >= 2  # intro room plus the appended description
     env.close()
-    same = make(CUSTOM, split="test", obs=TextWorldObsConfig(inventory=True))
-    assert same.obs == TextWorldObsConfig(inventory=True)
-    with pytest.raises(TypeError, match="not both"):
-        make(CUSTOM, obs=TextWorldObsConfig(), look=True)
 
 
-def test_max_steps_truncates(env: TextWorldEnv) -> None:
-    capped = make(CUSTOM, split="test", max_steps=2)
-    capped.reset(0)
+def test_max_turns_truncates(env: TextWorldEnv) -> None:
+    capped = make(CUSTOM, split="test", max_turns=2)
+    capped.reset(game_index=0)
     assert not capped.step("jump").truncated
     assert capped.step("jump").truncated
     capped.close()
@@ -174,13 +184,51 @@ def test_max_steps_truncates(env: TextWorldEnv) -> None:
     assert not any(env.step("jump").truncated for _ in range(30))  # no cap by default
 
 
-def test_crashed_game_process_raises_env_error(env: TextWorldEnv) -> None:
-    env.reset(0)
+def test_a_win_on_the_last_allowed_turn_is_not_truncated() -> None:
+    """`terminated` and `truncated` never both hold: the game's end wins over the cap."""
+    probe = make(CUSTOM, split="test")
+    _, info = probe.reset(0)
+    quest = len(info.extra["walkthrough"])
+    probe.close()
+    env = make(CUSTOM, split="test", max_turns=quest)
+    _, info = env.reset(0)
+    for _ in range(quest):
+        step = env.step(info.expert_action)
+        info = step.info
+    env.close()
+    assert step.terminated and info.won and not step.truncated
+
+
+def test_game_process_killed_mid_episode_raises_env_error(env: TextWorldEnv) -> None:
+    _, info = env.reset(0)
+    env.step(info.expert_action)
     os.kill(env._process.pid, signal.SIGKILL)
-    with pytest.raises(EnvError, match="crashed"):
+    with pytest.raises(EnvError, match=r"crashed during 'step'.*exit code -9"):
         env.step("look")
     obs, _ = env.reset(0)  # a fresh process takes over
-    assert obs
+    assert obs and not env.step("look").info.invalid_action
+
+
+def test_game_process_error_shows_its_last_output(env: TextWorldEnv) -> None:
+    env.reset(0)
+    env._process._log.write(b"Fatal error: story file corrupted\n")  # as a dying child would
+    os.kill(env._process.pid, signal.SIGKILL)
+    with pytest.raises(EnvError, match="story file corrupted"):
+        env.step("look")
+    assert env.reset(0)[0]
+
+
+def test_stopped_game_process_raises_env_error_not_a_hang() -> None:
+    env = make(CUSTOM, split="test", step_timeout_s=1.0)
+    env.reset(0)
+    pid = env._process.pid
+    os.kill(pid, signal.SIGSTOP)  # alive but never answers, like an interpreter in a loop
+    with pytest.raises(EnvError, match="hung"):
+        env.step("look")
+    with pytest.raises(ProcessLookupError):  # the stopped child was killed, not left behind
+        os.kill(pid, 0)
+    assert env.reset(0)[0] and env._process.pid != pid  # a fresh process takes over
+    env.close()
 
 
 def test_hung_game_process_raises_env_error(env: TextWorldEnv) -> None:
@@ -189,19 +237,3 @@ def test_hung_game_process_raises_env_error(env: TextWorldEnv) -> None:
     with pytest.raises(EnvError, match="hung"):
         env._process.call("step", "\x00", 1.0)
     assert env.reset(0)[0]
-
-
-def test_unknown_ids_and_overrides() -> None:
-    with pytest.raises(KeyError, match="w2-o3-q4"):
-        make("textworld/w2-o3")
-    with pytest.raises(TypeError, match="unknown override"):
-        make(CUSTOM, recipe=3)
-    with pytest.raises(ValueError):
-        make("textworld/cooking", go=7)
-
-
-def test_cooking_options_and_food_split() -> None:
-    env = make("textworld/cooking", split="valid", recipe=1, take=1, go=1)
-    assert env.game.food_split == "valid" and env.game.recipe == 1
-    assert "recipe1" in env.game.key and "valid" in env.game.key
-    assert make("textworld/cooking", split="sft").game.food_split == "train"
