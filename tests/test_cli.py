@@ -36,6 +36,17 @@ def test_rollout_writes_token_exact_jsonl(tmp_path, capsys):
 
     trajs = [Trajectory.from_json(json.loads(line)) for line in out.read_text().splitlines()]
     assert len(trajs) == 2 and all(t.turns[0].action_ids for t in trajs)
+    # The same episodes played in-process: ids and logprobs survive the file exactly.
+    from tripod.policy import load_policy
+    from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
+    from tripod.policy.sampler import SamplingParams
+
+    engine = RolloutEngine(load_policy("tiny"), RolloutConfig(max_turns=2))
+    fresh, _ = engine.collect(make_jobs("toy/letters-2", "test", [0, 1], 1, 0),
+                              SamplingParams(temperature=0.7, max_new_tokens=3))
+    engine.close()
+    assert trajs == fresh
+    assert [t.turns[0].logprobs for t in trajs] == [t.turns[0].logprobs for t in fresh]
 
 
 def test_eval_reports_interval(capsys):

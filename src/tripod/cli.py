@@ -110,16 +110,38 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def eval_settings(args: argparse.Namespace):
+    """Evaluate what was trained: the checkpoint's recipe gives the prompt, env options, turn
+    cap and evaluation sampling; a flag given on the command line overrides its setting."""
+    from tripod.core.config import TrainConfig
+    from tripod.envs.play import default_max_turns
+    from tripod.train.common import read_recipe, rollout_config
+
+    recipe = read_recipe(args.checkpoint) if Path(args.checkpoint).is_dir() else None
+    cfg = recipe or TrainConfig()
+    same_env = recipe is not None and args.env == cfg.env.id
+    sampling = cfg.rollout.eval.model_copy(update={
+        k: v for k, v in (("temperature", args.temperature),
+                          ("max_new_tokens", args.max_new_tokens)) if v is not None})
+    turns = args.max_turns or (cfg.eval.max_turns or cfg.env.max_turns if same_env
+                               else default_max_turns(args.env))
+    rcfg = rollout_config(cfg, max_turns=turns)
+    rcfg.batch_size = args.batch_size
+    rcfg.env_options = dict(cfg.env.options) if same_env else {}
+    source = f"recipe saved with {args.checkpoint}" if recipe else "tripod defaults (no recipe)"
+    print(f"evaluating with {source}: temperature {sampling.temperature}, max_new_tokens "
+          f"{sampling.max_new_tokens}, max_turns {turns}, history_window "
+          f"{rcfg.prompt.history_window}, env options {rcfg.env_options}", file=sys.stderr)
+    return sampling, rcfg
+
+
 def cmd_eval(args: argparse.Namespace) -> int:
     from tripod.eval.evaluate import evaluate
     from tripod.policy import load_policy
-    from tripod.policy.rollout import RolloutConfig
-    from tripod.policy.sampler import SamplingParams
 
+    sampling, rcfg = eval_settings(args)
     policy = load_policy(args.checkpoint)
-    res, _ = evaluate(policy, args.env, args.split, args.episodes,
-                      SamplingParams(args.temperature, 1.0, args.max_new_tokens),
-                      RolloutConfig(max_turns=args.max_turns, batch_size=args.batch_size),
+    res, _ = evaluate(policy, args.env, args.split, args.episodes, sampling, rcfg,
                       seed=args.seed)
     if args.json:
         out = res.to_json()
@@ -187,9 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--split", default="test")
     ev.add_argument("--episodes", type=int, default=20)
     ev.add_argument("--seed", type=int, default=0)
-    ev.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    ev.add_argument("--max-new-tokens", type=int, default=24)
-    ev.add_argument("--max-turns", type=int, default=12)
+    ev.add_argument("--temperature", type=float, default=None,
+                    help="default: the checkpoint recipe's rollout.eval (greedy)")
+    ev.add_argument("--max-new-tokens", type=int, default=None,
+                    help="default: the checkpoint recipe's rollout.eval.max_new_tokens")
+    ev.add_argument("--max-turns", type=int, default=None,
+                    help="default: the recipe's turn cap for its own env, else the paper's cap")
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(fn=cmd_eval)
@@ -199,13 +224,14 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from tripod.core.config import ConfigError
+    from tripod.envs.registry import UnknownEnvError
 
     try:
         return args.fn(args)
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    except KeyError as exc:  # unknown env id and similar lookups carry their own message
+    except UnknownEnvError as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
 

@@ -49,6 +49,7 @@ class ModelSection(_Section):
     name: str = "smollm2-135m"
     """`smollm2-135m`, `tiny`, or a local Hugging Face model / checkpoint folder."""
     lora: LoraSection = Field(default_factory=LoraSection)
+    """LoRA adapters (off by default: full fine-tuning)."""
     device: str = "cpu"
     """`cpu` or `cuda`. Training and sampling run in fp32 on CPU (bf16 is slower there)."""
 
@@ -92,6 +93,10 @@ class SamplingSection(_Section):
     """Nucleus sampling: keep the smallest set of tokens whose probability reaches top_p."""
     max_new_tokens: int = Field(24, ge=1)
     """Tokens per action; a reply without the end-of-turn token ends the episode."""
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature <= 0.0
 
 
 class EvalSamplingSection(SamplingSection):
@@ -138,6 +143,7 @@ class AlgoSection(_Section):
     lr: float = Field(1e-6, gt=0.0)
     """Actor learning rate (paper: 1e-6 for 1.5B models; small models need more)."""
     critic_lr: float = Field(1e-5, gt=0.0)
+    """Critic learning rate (paper: 1e-5, ten times the actor's)."""
     critic: Literal["copy", "shared"] = "copy"
     """PPO critic: a value head on a separate copy of the policy, or on the policy's backbone."""
     clip_low: float = Field(0.2, ge=0.0)
@@ -227,15 +233,25 @@ class TrainConfig(_Section):
     """A whole recipe."""
 
     run: RunSection = Field(default_factory=RunSection)
+    """Run name, output folder and seed."""
     model: ModelSection = Field(default_factory=ModelSection)
+    """The policy model and how it is trained (full or LoRA)."""
     env: EnvSection = Field(default_factory=EnvSection)
+    """The training environment."""
     prompt: PromptSection = Field(default_factory=PromptSection)
+    """How the chat shown to the model is built."""
     reward: RewardSection = Field(default_factory=RewardSection)
+    """How episode outcomes become per-turn rewards (the reward pillar)."""
     rollout: RolloutSection = Field(default_factory=RolloutSection)
+    """How episodes are collected: games, groups, batching, sampling."""
     algo: AlgoSection = Field(default_factory=AlgoSection)
+    """Advantage estimator, losses and optimisation of the RL update."""
     sft: SFTSection = Field(default_factory=SFTSection)
+    """Optional SFT on expert demonstrations before RL."""
     train: TrainSection = Field(default_factory=TrainSection)
+    """The RL loop: iterations, periodic evaluation, checkpoints."""
     eval: EvalSection = Field(default_factory=EvalSection)
+    """Held-out evaluation after training (and before, for a before/after table)."""
 
     @model_validator(mode="after")
     def _check_algorithm(self) -> TrainConfig:

@@ -104,12 +104,16 @@ def example_ids() -> list[str]:
     return [ex for fam in families() for ex in fam.examples]
 
 
+class UnknownEnvError(KeyError):
+    """No registered family serves this env id; the message lists the valid ids."""
+
+
 def family_of(env_id: str) -> EnvFamily:
     """The family that serves `env_id`; unknown ids raise `KeyError` listing valid ones."""
     for fam in families():
         if re.fullmatch(fam.pattern, env_id):
             return fam
-    raise KeyError(_unknown_id_message(env_id))
+    raise UnknownEnvError(_unknown_id_message(env_id))
 
 
 def check_options(env_id: str, options: dict[str, Any]) -> None:

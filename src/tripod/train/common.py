@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import torch
+import yaml
 
 from tripod.core.config import TrainConfig, dump_config
 from tripod.policy.rollout import RolloutConfig
@@ -33,6 +34,25 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutCon
 def sampling_params(section) -> SamplingParams:
     return SamplingParams(temperature=section.temperature, top_p=section.top_p,
                           max_new_tokens=section.max_new_tokens)
+
+
+RECIPE_FILE = "recipe.yaml"
+"""The recipe a saved model was trained with, next to its weights (`tripod eval` reads it)."""
+
+
+def write_recipe(folder: Path, cfg: TrainConfig) -> None:
+    (Path(folder) / RECIPE_FILE).write_text(dump_config(cfg))
+
+
+def read_recipe(folder: str | Path) -> TrainConfig | None:
+    """The recipe saved with a model folder or checkpoint; None if it has none."""
+    folder = Path(folder)
+    if (folder / RECIPE_FILE).is_file():
+        return TrainConfig.model_validate(yaml.safe_load((folder / RECIPE_FILE).read_text()))
+    state = folder / "state.json"
+    if state.is_file() and "config" in (data := json.loads(state.read_text())):
+        return TrainConfig.model_validate(data["config"])
+    return None
 
 
 def prepare_run_dir(cfg: TrainConfig) -> Path:

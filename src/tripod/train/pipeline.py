@@ -14,7 +14,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from tripod.core.config import TrainConfig
+from tripod.core.config import ConfigError, TrainConfig
+from tripod.envs.registry import check_options, family_of
 from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
 from tripod.train.common import prepare_run_dir, rollout_config, sampling_params, seed_everything
@@ -24,21 +25,42 @@ from tripod.train.sft import collect_demonstrations, demo_rows, train_sft
 console = Console(stderr=True)
 
 
-def prepare_games(cfg: TrainConfig) -> None:
-    """Generate the TextWorld games the run will play, up front and in parallel."""
-    if not cfg.env.id.startswith("textworld/"):
-        return
-    from tripod.envs.textworld import prepare_games as prepare
+def run_plan(cfg: TrainConfig) -> list[tuple[str, str, int, dict]]:
+    """Every (env id, split, games, env options) the run will play, in order of use.
 
+    The training env's options apply to training, SFT and its own evaluation; other
+    evaluated env ids get their defaults (as `evaluate_all` plays them)."""
     used = cfg.rollout.games_per_iter * cfg.train.iterations
-    train_games = min(cfg.rollout.train_pool or used, used)
-    plan = [(cfg.env.id, "train", train_games)]
+    plan = [(cfg.env.id, "train", min(cfg.rollout.train_pool or used, used), cfg.env.options)]
     if cfg.sft.enabled:
-        plan.append((cfg.env.id, "sft", cfg.sft.games + cfg.sft.recovery_games))
-    plan += [(env_id, cfg.eval.split, cfg.eval.games) for env_id in eval_env_ids(cfg)]
-    for env_id, split, n in plan:
-        if env_id.startswith("textworld/") and n:
-            prepare(env_id, split, list(range(n)), workers=2, **cfg.env.options)
+        plan.append((cfg.env.id, "sft", cfg.sft.games + cfg.sft.recovery_games,
+                     {**cfg.env.options, **cfg.sft.env_options}))
+    plan += [(env_id, cfg.eval.split, cfg.eval.games, eval_options(cfg, env_id))
+             for env_id in eval_env_ids(cfg)]
+    if cfg.train.eval_every:
+        plan.append((cfg.env.id, "valid", cfg.train.eval_games, cfg.env.options))
+    return [step for step in plan if step[2] > 0]
+
+
+def check_envs(cfg: TrainConfig) -> None:
+    """Fail before any work on an unknown env id or env option (naming the key)."""
+    for env_id, _, _, options in run_plan(cfg):
+        try:
+            check_options(env_id, options)
+        except (KeyError, ValueError) as exc:
+            raise ConfigError(str(exc.args[0] if exc.args else exc)) from None
+
+
+def prepare_games(cfg: TrainConfig) -> None:
+    """Build the run's games up front (each env family says how, if it needs to)."""
+    for env_id, split, n, options in run_plan(cfg):
+        family = family_of(env_id)
+        if family.prepare is not None:
+            family.prepare(env_id, split, list(range(n)), dict(options))
+
+
+def eval_options(cfg: TrainConfig, env_id: str) -> dict:
+    return dict(cfg.env.options) if env_id == cfg.env.id else {}
 
 
 def eval_env_ids(cfg: TrainConfig) -> list[str]:
@@ -48,8 +70,7 @@ def eval_env_ids(cfg: TrainConfig) -> list[str]:
 def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict) -> None:
     for env_id in eval_env_ids(cfg):
         rcfg = rollout_config(cfg, max_turns=cfg.eval.max_turns)
-        if env_id != cfg.env.id:
-            rcfg.env_options = {}
+        rcfg.env_options = eval_options(cfg, env_id)
         res, _ = evaluate(policy, env_id, cfg.eval.split, cfg.eval.games,
                           sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed)
         console.print(f"[bold]{stage}[/bold]: {res.summary()} ({res.seconds:.0f}s)")
@@ -60,6 +81,7 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
     """Run a whole study arm; returns the results (also written to results.json)."""
     start = time.perf_counter()
     seed_everything(cfg.run.seed)
+    check_envs(cfg)
     run_dir = prepare_run_dir(cfg)
     console.print(f"run directory: {run_dir}")
     prepare_games(cfg)
@@ -95,13 +117,14 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
 
 def print_table(results: dict) -> None:
     table = Table(title="held-out evaluation (greedy)")
-    for col in ("stage", "env", "success", "95% CI", "won/n", "mean turns", "invalid rate"):
+    for col in ("stage", "env", "success", "95% CI", "won/n", "mean turns", "invalid rate",
+                "env errors"):
         table.add_column(col)
     for stage, per_env in results.get("eval", {}).items():
         for env_id, r in per_env.items():
             lo, hi = r["ci95"]
             table.add_row(stage, env_id, f"{r['success_rate']:.0%}", f"{lo:.0%}-{hi:.0%}",
                           f"{r['won']}/{r['episodes']}", f"{r['mean_turns']:.1f}",
-                          f"{r['invalid_rate']:.0%}")
+                          f"{r['invalid_rate']:.0%}", str(r.get("env_errors", 0)))
     Console().print(table)
     print(f"total time: {results['seconds'] / 60:.1f} min; run directory: {results['run_dir']}")

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,7 @@ from tripod.policy.models import Policy
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.train.batch import Row, collate, token_logprobs, trajectory_rows
-from tripod.train.common import chunks, rollout_config
+from tripod.train.common import chunks, rollout_config, write_recipe
 
 
 @dataclass
@@ -35,21 +36,43 @@ class SFTResult:
     losses: list[float]
 
 
+class NoDemonstrationsError(RuntimeError):
+    """SFT found nothing to learn from; the message says what happened to each episode."""
+
+
 def collect_demonstrations(policy: Policy, cfg: TrainConfig) -> list[Trajectory]:
-    """Expert (and, if configured, recovery) demonstrations on the `sft` split."""
+    """Expert (and, if configured, recovery) demonstrations on the `sft` split: the won
+    episodes without env errors. None at all stops the run with the reasons counted."""
     rcfg = rollout_config(cfg, max_turns=cfg.sft.max_turns)
     rcfg.env_options = {**rcfg.env_options, **cfg.sft.env_options}
     engine = RolloutEngine(policy, rcfg)
+    greedy = SamplingParams(temperature=0.0)
     plain = make_jobs(cfg.env.id, "sft", list(range(cfg.sft.games)), 1, cfg.run.seed)
-    demos, _ = engine.collect(plain, SamplingParams(), actor=expert_actor(0.0))
+    played, _ = engine.collect(plain, greedy, actor=expert_actor(0.0))
     if cfg.sft.recovery_games:
         games = list(range(cfg.sft.games, cfg.sft.games + cfg.sft.recovery_games))
         noisy = make_jobs(cfg.env.id, "sft", games, 1, cfg.run.seed + 1)
-        more, _ = engine.collect(noisy, SamplingParams(),
-                                 actor=expert_actor(cfg.sft.recovery_noise))
-        demos += more
+        more, _ = engine.collect(noisy, greedy, actor=expert_actor(cfg.sft.recovery_noise))
+        played += more
     engine.close()
-    return [d for d in demos if not d.failed and d.won]
+    demos = [d for d in played if not d.failed and d.won]
+    if not demos:
+        raise NoDemonstrationsError(describe_failures(played, cfg.env.id))
+    return demos
+
+
+def describe_failures(played: list[Trajectory], env_id: str) -> str:
+    """'0 of N expert episodes won on ENV: k env errors (first: ...), m ended by max_turns'."""
+    ends = Counter(t.end.value for t in played)
+    errors = [t.error for t in played if t.failed and t.error]
+    parts = [f"{n} ended by {end}" for end, n in sorted(ends.items())]
+    if errors:
+        common, count = Counter(errors).most_common(1)[0]
+        parts.append(f"most common env error ({count}x): {common}")
+    return (f"no usable demonstration: 0 of {len(played)} expert episodes on {env_id} were won "
+            f"without an env error ({'; '.join(parts) or 'nothing was played'}). SFT would train "
+            "on an empty set; fix the env (try `tripod play ENV --policy expert`) or the turn "
+            "cap (sft.max_turns).")
 
 
 def demo_rows(demos: list[Trajectory]) -> list[Row]:
@@ -95,5 +118,6 @@ def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
     if out_dir is not None:
         policy.model.save_pretrained(out_dir)
         policy.tokenizer.save_pretrained(out_dir)
+        write_recipe(out_dir, cfg)
     return SFTResult(len(rows), tokens, losses[-1] if losses else float("nan"),
                      time.perf_counter() - start, losses)

@@ -1,0 +1,65 @@
+"""Evaluation: the interval against known values, env errors reported apart, and `tripod eval`
+evaluating what was trained (the checkpoint's recipe)."""
+
+from __future__ import annotations
+
+import argparse
+
+import pytest
+
+from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
+from tripod.eval.evaluate import summarise, wilson_interval
+
+
+@pytest.mark.parametrize(("won", "n", "lo", "hi"), [
+    (10, 20, 0.2993, 0.7007),   # p = 0.5: centre 0.5, half-width 0.2007 (worked by hand)
+    (0, 20, 0.0, 0.1611),       # the README's "0-16%" for 0/20
+    (13, 20, 0.4329, 0.8188),   # the README's "43-82%" for 13/20
+    (60, 100, 0.5020, 0.6906),  # the README's "50-69%" for 60/100
+])
+def test_wilson_interval_known_values(won, n, lo, hi):
+    assert wilson_interval(won, n) == pytest.approx((lo, hi), abs=1e-4)
+
+
+def _traj(i: int, end: EpisodeEnd) -> Trajectory:
+    turns = [] if end is EpisodeEnd.ENV_ERROR else [Turn([1], [2], [0.0], "a", "o", 0.0,
+                                                         TurnStatus.OK)]
+    return Trajectory(EpisodeJob("toy/letters-2", "test", i, i, i, i), "obj", "obs", turns,
+                      won=end is EpisodeEnd.WON, end=end,
+                      error="reset failed: boom" if end is EpisodeEnd.ENV_ERROR else None)
+
+
+def test_env_errors_are_reported_apart_not_as_lost_games():
+    ends = [EpisodeEnd.WON, EpisodeEnd.WON, EpisodeEnd.MAX_TURNS, EpisodeEnd.ENV_ERROR,
+            EpisodeEnd.CONTEXT_LIMIT]
+    res = summarise([_traj(i, e) for i, e in enumerate(ends)], "toy/letters-2", "test", 1.0)
+    assert (res.episodes, res.won, res.env_errors, res.context_limits) == (4, 2, 1, 1)
+    assert res.success_rate == 0.5 and res.ci95 == wilson_interval(2, 4)
+    assert "1 env errors" in res.summary()
+    assert res.per_game[3]["error"] == "reset failed: boom"
+
+
+def _eval_args(checkpoint, env, **flags):
+    base = {"checkpoint": str(checkpoint), "env": env, "temperature": None,
+            "max_new_tokens": None, "max_turns": None, "batch_size": 16}
+    return argparse.Namespace(**{**base, **flags})
+
+
+def test_tripod_eval_uses_the_checkpoint_recipe(tmp_path, capsys):
+    from tripod.cli import eval_settings
+    from tripod.core.config import load_config
+    from tripod.train.common import write_recipe
+
+    cfg = load_config(None, ["env.id=textworld/w2-o3-q4", "env.max_turns=9",
+                             "rollout.eval.max_new_tokens=16", "prompt.history_window=2",
+                             "env.options={look: true}"])
+    write_recipe(tmp_path, cfg)
+    sampling, rcfg = eval_settings(_eval_args(tmp_path, "textworld/w2-o3-q4"))
+    assert (sampling.temperature, sampling.max_new_tokens) == (0.0, 16)
+    assert rcfg.max_turns == 9 and rcfg.prompt.history_window == 2
+    assert rcfg.env_options == {"look": True}
+    assert "recipe saved with" in capsys.readouterr().err
+    # Flags override; another env gets its own defaults (the paper's 24 turns for w4-o6-q8).
+    sampling, rcfg = eval_settings(_eval_args(tmp_path, "textworld/w4-o6-q8",
+                                              max_new_tokens=8))
+    assert sampling.max_new_tokens == 8 and rcfg.max_turns == 24 and rcfg.env_options == {}
