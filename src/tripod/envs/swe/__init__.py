@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from tripod.envs.base import whole_reply_action
 from tripod.envs.registry import register
 from tripod.envs.swe.env import SweEnv, SweEnvConfig
 from tripod.envs.swe.generator import GeneratorConfig, generate_suite, prepare_suite
@@ -39,11 +40,22 @@ def make_from_file(env_id: str, split: str = "train", **overrides: Any) -> SweEn
                   SweEnvConfig(**overrides))
 
 
+SWE_INSTRUCTION = (
+    "You are an expert software engineer fixing a bug in a Python repository. Each turn, "
+    "think briefly if you need to, then end your reply with exactly one tool call in the "
+    "format of the tool reference below (an edit call includes its whole block); the "
+    "tool's output comes back as the next message."
+)
+"""The answer format of SWE envs: one tool call per reply, parsed by `parse_tool_call` from
+the whole reply (multi-line edit blocks included)."""
+
 register(r"swe/generated(-(easy|medium|hard))?", make_generated,
          ("swe/generated", "swe/generated-easy", "swe/generated-hard"),
-         "Seeded bugs in real PyPI projects; tools + sandboxed, test-verified rewards")
+         "Seeded bugs in real PyPI projects; tools + sandboxed, test-verified rewards",
+         action_parser=whole_reply_action, instruction=SWE_INSTRUCTION)
 register(r"swe/file:.+", make_from_file, ("swe/file:tasks.jsonl",),
-         "SWE-Gym / SWE-bench format task file (local or docker workspaces)")
+         "SWE-Gym / SWE-bench format task file (local or docker workspaces)",
+         action_parser=whole_reply_action, instruction=SWE_INSTRUCTION)
 
 __all__ = [
     "TIERS",
