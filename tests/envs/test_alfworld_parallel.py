@@ -12,6 +12,7 @@ test split (cached under $TRIPOD_CACHE, here /tmp/tripod-test-cache by default).
 from __future__ import annotations
 
 import os
+import signal
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -20,7 +21,7 @@ import pytest
 
 pytest.importorskip("alfworld")
 
-from tripod.envs import make  # noqa: E402
+from tripod.envs import EnvError, make  # noqa: E402
 from tripod.envs.alfworld import prepare_games  # noqa: E402
 from tripod.envs.play import play  # noqa: E402
 
@@ -111,3 +112,27 @@ def test_rollout_engine_expert_wins_as_often_as_tripod_play():
     assert [[turn.action_text for turn in t.turns] for t in trajs] == [
         r.actions for r in played.records]
     assert sum(t.won for t in trajs) == played.won == len(GAMES)
+
+
+def test_a_crashed_or_hung_game_process_is_an_env_error_and_the_next_reset_recovers():
+    env = make(ENV_ID, "test", task_types=TYPES, step_timeout_s=2)
+    try:
+        expected = _expert_transcript(env, 0)
+        _, info = env.reset(0)
+        os.kill(env.pid, signal.SIGKILL)
+        with pytest.raises(EnvError, match="crashed during 'step'"):
+            env.step(info.expert_action)
+        with pytest.raises(EnvError, match="before reset"):  # no silent restart mid-episode
+            env.step(info.expert_action)
+        assert _expert_transcript(env, 0) == expected  # a fresh process, the same game
+        env.reset(0)
+        pid = env.pid
+        os.kill(pid, signal.SIGSTOP)  # frozen: the step cannot answer
+        with pytest.raises(EnvError, match="hung"):
+            env.step(info.expert_action)
+        assert env.pid is None
+        with pytest.raises(ProcessLookupError):  # the frozen process was killed, not leaked
+            os.kill(pid, 0)
+        assert _expert_transcript(env, 0) == expected
+    finally:
+        env.close()

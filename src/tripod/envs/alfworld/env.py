@@ -52,6 +52,11 @@ class AlfworldEnv:
                                      label=f"ALFWorld game process ({env_id}, {split})")
         self._in_episode = False
 
+    @property
+    def pid(self) -> int | None:
+        """The game process's id (None until the first reset, or after a failure)."""
+        return self._process.pid
+
     def reset(self, game_index: int) -> tuple[str, StepInfo]:
         """Start game number `game_index` of this env's split."""
         self._in_episode = False
