@@ -48,7 +48,8 @@ class AlfworldEnv:
         self.reset_timeout_s = reset_timeout_s
         kwargs = {"env_id": env_id, "split": split, "games": games, "expert": expert,
                   "max_turns": max_turns}
-        self._process = ChildProcess(GAME_TARGET, kwargs, {"ALFWORLD_DATA": real.alfworld_data()},
+        environ = {"ALFWORLD_DATA": real.alfworld_data()}  # the child's only, see real.py
+        self._process = ChildProcess(GAME_TARGET, kwargs, environ,
                                      label=f"ALFWorld game process ({env_id}, {split})")
         self._in_episode = False
 
