@@ -14,6 +14,8 @@ PDDL problem) is reported separately.
 other on one env, and N envs at once from threads (as the rollout engine steps them). Both
 sides are warmed up the same way (every env has started its process and played once),
 then run alternately, `--repeats` times each; the load average is printed with the times.
+``--engine N`` times the same through the rollout engine (expert actor, tiny model unused):
+batch 1 vs batch N.
 """
 
 from __future__ import annotations
@@ -116,6 +118,35 @@ def _parallel(task_types: list[str], games: int, repeats: int) -> None:
           f"{par:.2f} s (mean of {repeats}), speed-up x{seq / par:.2f}; cpus {os.cpu_count()}")
 
 
+def _engine(task_types: list[str], games: int, repeats: int) -> None:
+    """Seconds for the rollout engine to play `games` games with the expert actor, one
+    episode at a time (batch 1) vs all at once (batch `games`); warm envs, alternated."""
+    from tripod.envs import make
+    from tripod.policy.models import load_policy
+    from tripod.policy.rollout import RolloutConfig, RolloutEngine, expert_actor, make_jobs
+    from tripod.policy.sampler import SamplingParams
+
+    policy = load_policy("tiny")  # not run: the expert actor replies
+    jobs = make_jobs("alfworld/generated", "test", list(range(games)), 1, 0)
+    engines = {batch: RolloutEngine(
+        policy, RolloutConfig(max_turns=24, batch_size=batch, env_timeout_s=120),
+        env_factory=lambda job: make(job.env_id, split=job.split, task_types=task_types))
+        for batch in (1, games)}
+    try:
+        for engine in engines.values():  # warm-up: every env started, every game generated
+            engine.collect(jobs, SamplingParams(), actor=expert_actor())
+        for _ in range(repeats):
+            for batch, engine in engines.items():
+                start = time.perf_counter()
+                trajs, stats = engine.collect(jobs, SamplingParams(), actor=expert_actor())
+                print(f"  batch {batch:<3} {time.perf_counter() - start:6.2f} s, won "
+                      f"{sum(t.won for t in trajs)}/{games}, env errors {stats.env_errors} "
+                      f"(load average {_load()})")
+    finally:
+        for engine in engines.values():
+            engine.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--games", type=int, default=3, help="games per task type")
@@ -123,6 +154,8 @@ def main() -> None:
     parser.add_argument("--task-types", nargs="*", default=None)
     parser.add_argument("--parallel", type=int, default=0,
                         help="time N games played at once vs one at a time (instead)")
+    parser.add_argument("--engine", type=int, default=0,
+                        help="time N games through the rollout engine, batch 1 vs N (instead)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
     os.environ["TRIPOD_CACHE"] = tempfile.mkdtemp(prefix="tripod-alfworld-bench-")
@@ -137,6 +170,9 @@ def main() -> None:
           f"load average {_load()}")
     if args.parallel:
         _parallel(task_types, args.parallel, args.repeats)
+        return
+    if args.engine:
+        _engine(task_types, args.engine, args.repeats)
         return
     gen = _generation(task_types, args.games)
     header = (f"{'task type':<32} {'gen s (mean/max)':>17} {'reset s':>8} {'expert st/s':>12} "
