@@ -94,7 +94,7 @@ class ChildProcess:
         r_out, w_out = os.pipe()
         src = str(Path(__file__).resolve().parents[3])  # the folder that holds `tripod`
         path = os.pathsep.join(p for p in (src, os.environ.get("PYTHONPATH")) if p)
-        code = f"from tripod.envs.alfworld.process import serve; serve({r_in}, {w_out})"
+        code = f"from {__name__} import serve; serve({r_in}, {w_out})"
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the child)
         # Own session: a Ctrl-C in the terminal reaches the parent only, which then closes us.
         self._proc = subprocess.Popen(
