@@ -1,7 +1,9 @@
-"""ALFWorld family: generated games on the real engine, the real-data loader, rewards.
+"""ALFWorld family: generated games on the real engine, the real-data loader, progress.
 
 Generated games are cached under $TRIPOD_CACHE (default here: /tmp/tripod-test-cache), so
 only the first run pays for generation (about 1-25 s per game on 2 cores, planner-bound).
+This module imports the generator (and so the `alfworld` wheel) into the test process, so it
+points ALFWORLD_DATA into the test cache first (the wheel's import creates that folder).
 """
 
 from __future__ import annotations
@@ -14,12 +16,13 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("TRIPOD_CACHE", "/tmp/tripod-test-cache")
+os.environ.setdefault("ALFWORLD_DATA", os.path.join(os.environ["TRIPOD_CACHE"], "alfworld", "data"))
 pytest.importorskip("alfworld")
 
 from tripod.envs import EnvError, make  # noqa: E402
 from tripod.envs.alfworld import generator, real, scenes  # noqa: E402
 from tripod.envs.alfworld.engine import Engine  # noqa: E402
-from tripod.envs.alfworld.tasks import TASK_TYPES  # noqa: E402
+from tripod.envs.alfworld.task_types import TASK_TYPES  # noqa: E402
 
 GAMES_PER_TYPE = 5
 
@@ -65,13 +68,18 @@ def test_first_observation_objective_and_infos():
 
 
 def test_test_split_uses_unseen_scenes_only():
+    """Every candidate the generator can draw for a test game is in a held-out scene (checked
+    on the sampler itself, so it needs no cached game and no test order)."""
     train = set(scenes.split_scenes("train"))
     test = set(scenes.split_scenes("test"))
     assert train and test and not train & test
     for task_type in TASK_TYPES:
-        traj = json.loads((generator.game_dir("test", 30_000_000, task_type)
-                           / "traj_data.json").read_text())
-        assert traj["scene"]["scene_num"] in test
+        for seed in range(30_000_000, 30_000_004):
+            for split, allowed in (("test", test), ("train", train)):
+                _, traj = generator.sample_game(split, seed, task_type, attempt=seed % 3)
+                assert traj["scene"]["scene_num"] in allowed, (split, task_type, seed)
+    kept = generator.cached_game("test", 30_000_000, "pick_and_place_simple")
+    assert json.loads((kept.parent / "traj_data.json").read_text())["scene"]["scene_num"] in test
 
 
 def test_bad_actions_get_nothing_happens():
@@ -87,24 +95,27 @@ def test_bad_actions_get_nothing_happens():
     env.close()
 
 
-def test_expert_recovers_after_a_detour_and_sparse_reward():
-    env = make("alfworld/generated-pick_clean_then_place_in_recep", split="test",
-               reward="sparse")
+def test_expert_recovers_after_a_detour_and_progress_stays_in_range():
+    env = make("alfworld/generated-pick_clean_then_place_in_recep", split="test")
     _, info = env.reset(1)
     detour = next(a for a in info.admissible_actions
                   if a.startswith("go to") and a != info.expert_action)
     step = env.step(detour)
-    info, rewards = step.info, [step.reward]
+    info, rewards, progress = step.info, [step.reward], [step.info.progress]
     assert info.expert_action in info.admissible_actions  # replanned from the detour
     for _ in range(30):
         step = env.step(info.expert_action)
         info = step.info
         rewards.append(step.reward)
+        progress.append(info.progress)
         if step.terminated:
             break
     env.close()
-    assert info.won
-    assert rewards[-1] == 1.0 and sum(rewards) == 1.0
+    assert info.won and progress[-1] == 1.0
+    assert all(0.0 <= p <= 1.0 for p in progress)
+    assert progress == sorted(progress)  # the expert never undoes a goal condition
+    assert [p * 3 for p in progress] == [round(p * 3) for p in progress]  # thirds: 3 conditions
+    assert sum(rewards) == pytest.approx(1.0)  # informational reward: progress gained
 
 
 def test_max_turns_truncates():
@@ -193,10 +204,12 @@ def test_real_loader_names_the_variable_when_data_is_missing(tmp_path, monkeypat
 def test_ids_and_overrides():
     with pytest.raises(KeyError):
         make("alfworld/generated-fly_to_the_moon")
-    with pytest.raises(ValueError):
-        make("alfworld/generated", reward="shaped")
+    with pytest.raises(TypeError, match="reward"):  # rewards are the reward pillar's setting
+        make("alfworld/generated", reward="dense")
     with pytest.raises(TypeError):
         make("alfworld/generated", colour="red")
+    with pytest.raises(ValueError, match="max_turns"):
+        make("alfworld/generated", max_turns=0)
     env = make("alfworld/generated", split="test",
                task_types=["pick_and_place_simple", "look_at_obj_in_light"])
     _, first = env.reset(0)

@@ -9,23 +9,31 @@ Two families share one `Env` (see `env.py`):
 - ``alfworld/real[-TASK_TYPE]``: the published ALFWorld games under
   ``$ALFWORLD_DATA/json_2.1.1`` (see `real.py`).
 
-Overrides (``make(env_id, split, **overrides)``): ``reward`` (``dense`` | ``sparse``),
-``expert`` (compute the planner's next action), ``max_turns``, ``task_types`` (a list, to
-mix some of the six types), and for ``alfworld/real`` also ``data_dir``.
+Options (``make(env_id, split, **options)``, all keyword arguments of `make_generated` and
+`make_real`): ``expert`` (compute the planner's next action), ``max_turns`` (turn cap),
+``task_types`` (a list, to mix some of the six types), ``step_timeout_s``,
+``reset_timeout_s``, and for ``alfworld/real`` also ``data_dir``. Rewards are the reward
+pillar's (`tripod.rewards`): the env reports ``won`` and ``progress``.
+
+Each env plays in a child process of its own (see `env.py`), so importing this package sets
+nothing and imports nothing from the `alfworld` wheel; it only checks that the wheel is
+installed (the registry then lists the family as unavailable, with this reason).
 """
 
 from __future__ import annotations
 
-import os
+import importlib.util
 
-from tripod.core.paths import cache_dir
+if importlib.util.find_spec("alfworld") is None:
+    raise ImportError("the alfworld package is not installed: pip install tripod[alfworld]")
 
-# `import alfworld` creates ~/.cache/alfworld unless ALFWORLD_DATA is set (alfworld/info.py),
-# so point it into tripod's cache first. A user's own setting is kept (it locates real data).
-os.environ.setdefault("ALFWORLD_DATA", str(cache_dir("alfworld", "data")))
-
-from tripod.envs.alfworld.env import AlfworldEnv, make_generated, make_real  # noqa: E402
-from tripod.envs.alfworld.tasks import TASK_TYPES  # noqa: E402
+from tripod.envs.alfworld.env import (  # noqa: E402
+    AlfworldEnv,
+    make_generated,
+    make_real,
+    prepare_games,
+)
+from tripod.envs.alfworld.task_types import TASK_TYPES  # noqa: E402
 from tripod.envs.registry import register  # noqa: E402
 
 _TYPES = "|".join(TASK_TYPES)
@@ -45,4 +53,4 @@ register(
     "(train -> train, valid -> valid_seen, test -> valid_unseen)",
 )
 
-__all__ = ["TASK_TYPES", "AlfworldEnv", "make_generated", "make_real"]
+__all__ = ["TASK_TYPES", "AlfworldEnv", "make_generated", "make_real", "prepare_games"]

@@ -1,11 +1,16 @@
-"""ALFWorld's text engine: TextWorld's PDDL env behind ALFWorld's demangler and infos wrappers.
+"""ALFWorld's text engine: textworld's PDDL env with ALFWorld's object names.
 
-This is the stack ALFWorld itself plays (`alfworld.agents.environment.alfred_tw_env`), so the
-observations and admissible commands are ALFWorld's. The planner expert is the same call
-ALFWorld's ``AlfredExpert(expert_type="planner")`` makes (fast-downward's ``replan`` from
-the current state), but made on demand: ALFWorld's wrapper replans after every step
-(0.03-1.3 s each on these machines), while an optimal plan stays valid as long as the agent
-follows it, so `Engine.plan` is only called again when the agent leaves the plan.
+These are the observations and admissible commands ALFWorld itself plays
+(`alfworld.agents.environment.alfred_tw_env`). The planner expert is the same call ALFWorld's
+``AlfredExpert(expert_type="planner")`` makes (fast-downward's ``replan`` from the current
+state), but made on demand: ALFWorld's wrapper replans after every step (0.03-1.3 s each on
+these machines), while an optimal plan stays valid as long as the agent follows it, so
+`Engine.plan` is only called again when the agent leaves the plan.
+
+Not safe to share between threads, nor to run next to another `Engine` in other threads of
+the same process: textworld's PDDL loader and fast-downward's translator keep module-level
+state (a shared parser, global options, a swapped ``sys.stdout``). Each ALFWorld env
+therefore runs its engine in a child process of its own (`process.py`).
 """
 
 from __future__ import annotations
@@ -20,54 +25,29 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-import textworld
-from alfworld.agents.environment.alfred_tw_env import AlfredDemangler, AlfredInfos
 from textworld.core import GameState
 from textworld.envs import PddlEnv
 
-from tripod.envs.alfworld.tasks import Facts, facts_of
+from tripod.envs.alfworld import textworld_adapter as adapter
+from tripod.envs.alfworld.tasks import Facts
 
 BANNER = "-= Welcome to TextWorld, ALFRED! =-"
 T = TypeVar("T")
 
 
-class _PddlEnvReusingLoad(PddlEnv):
-    """TextWorld's PddlEnv, except that the first reset after `load` reuses the state `load`
-    just built. Building one translates the problem twice (0.5-2 s); PddlEnv.reset always
-    rebuilds it. The rest mirrors PddlEnv.reset of textworld 1.7.0 (pinned)."""
-
-    def load(self, filename_or_data: Any) -> None:
-        super().load(filename_or_data)
-        self._fresh = True
-
-    def reset(self) -> GameState:
-        if not getattr(self, "_fresh", False):
-            return super().reset()
-        self._fresh = False
-        self.prev_state = None
-        self.state = GameState()
-        self._last_action = None
-        self._moves = 0
-        context = {"state": self._pddl_state, "facts": list(self._pddl_state.facts),
-                   "variables": {}, "mapping": {}, "entity_infos": self._entity_infos}
-        self.state.feedback = self._logic.grammar.derive("#intro#", context)
-        self.state.raw = self.state.feedback
-        self._gather_infos()
-        return self.state
-
-
 class Engine:
-    """One TextWorld PDDL game at a time. Reuses its planner library across games."""
+    """One textworld PDDL game at a time. Reuses its planner library across games."""
 
     def __init__(self) -> None:
-        self._env: Any = None
+        self._env: PddlEnv | None = None
         self._loaded: str | None = None
-        self.state: Any = None
+        self._fresh = False
+        """The state `load` built is untouched: the next reset can reuse it."""
+        self.state: GameState | None = None
 
-    def _stack(self) -> Any:
+    def _pddl(self) -> PddlEnv:
         if self._env is None:
-            infos = textworld.EnvInfos(admissible_commands=True, won=True, extras=["gamefile"])
-            self._env = AlfredInfos(AlfredDemangler(_PddlEnvReusingLoad(infos), shuffle=False))
+            self._env = adapter.new_pddl_env()
         return self._env
 
     def load(self, game: str | Mapping[str, Any]) -> None:
@@ -75,33 +55,39 @@ class Engine:
         (loading translates the PDDL problem, about 0.5-1.5 s)."""
         path = game if isinstance(game, str) else None
         if path is None or path != self._loaded:
-            self._stack().load(game)
-            self._loaded = path
+            adapter.load(self._pddl(), game)
+            self._loaded, self._fresh = path, True
 
-    def reset(self) -> Any:
-        self.state = self._stack().reset()
+    def reset(self) -> GameState:
+        env = self._pddl()
+        self.state = adapter.first_reset(env) if self._fresh else env.reset()
+        self._fresh = False
         return self.state
 
-    def step(self, command: str) -> Any:
-        self.state, _, _ = self._stack().step(command)
+    def step(self, command: str) -> GameState:
+        self.state, _, _ = self._pddl().step(command)
         return self.state
 
     @property
     def admissible(self) -> list[str]:
-        return list(self.state["admissible_commands"])
+        return list(self._current()["admissible_commands"])
 
     @property
     def won(self) -> bool:
-        return bool(self.state["won"])
+        return bool(self._current()["won"])
 
     @property
     def facts(self) -> Facts:
-        return facts_of(self.state["_facts"])
+        return adapter.facts(self._current())
+
+    def _current(self) -> GameState:
+        if self.state is None:
+            raise RuntimeError("no game state: call reset() first")
+        return self.state
 
     def plan(self) -> list[str]:
         """An optimal plan (commands) from the current state; [] if the planner finds none."""
-        pddl = self._stack().unwrapped
-        return list(pddl._pddl_state.replan(pddl._entity_infos))
+        return adapter.replan(self._pddl())
 
     def plan_within(self, cpu_s: float) -> list[str] | None:
         """`plan`, or None if the planner needs more than `cpu_s` CPU seconds (it has no
@@ -113,8 +99,7 @@ class Engine:
         # fast_downward.close_lib crashed the interpreter at exit (segfault, measured).
         if self._env is not None:
             self._env.close()
-            self._env = None
-            self._loaded = None
+        self._env, self._loaded, self._fresh, self.state = None, None, False, None
 
 
 def intro_text(feedback: str) -> str:

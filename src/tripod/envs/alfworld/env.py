@@ -1,172 +1,94 @@
-"""`AlfworldEnv`: ALFWorld games behind tripod's `Env` protocol.
+"""`AlfworldEnv`: ALFWorld games behind tripod's `Env` protocol, each in its own process.
 
-One class serves generated and real games; they differ only in where game number `index`
-of a split comes from (a `GameSource`). Per step the env reports ALFWorld's text, its
-admissible commands, the planner's next action (`expert_action`, recomputed only when the
-agent leaves the current plan) and `progress` = goal conditions met / all of them
-(`tasks.stage`). Rewards: ``sparse`` gives 1 on the winning turn; ``dense`` gives the
-change in progress each turn (it can be negative, e.g. putting the object down again, and
-sums to exactly 1 over a won game).
+The episode logic is `game.AlfworldGame`; this env runs one in a child process
+(`process.ChildProcess`) and forwards `reset` and `step` to it. The child is needed for
+correctness, not speed: textworld's PDDL layer keeps module-level state, so two games in
+threads of one process corrupt each other (the rollout engine steps its envs in threads).
+With one process per env, any number of envs may run at once and give the same episodes as
+one at a time (tests/envs/test_alfworld_parallel.py). The child starts on the first `reset`
+(about 1 s: it imports textworld and alfworld) and is reused across episodes; a crash, a hang
+past the time-out or an exception in it raises `EnvError`, and the next `reset` starts a
+fresh one.
+
+The parent never imports the `alfworld` wheel (its import creates a data folder and writes
+``ALFWORLD_DATA``); the child gets ``ALFWORLD_DATA`` in its own environment (`real.alfworld_data`).
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
-from dataclasses import dataclass
+import contextlib
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from tripod.envs.alfworld import generator, real
-from tripod.envs.alfworld.engine import Engine, intro_text, objective_of
-from tripod.envs.alfworld.tasks import MAX_STAGE, TASK_TYPES, TaskSpec, stage
-from tripod.envs.base import SPLITS, EnvError, Step, StepInfo, clean_action, game_seed
+from tripod.envs.alfworld import real
+from tripod.envs.alfworld.process import ChildProcess
+from tripod.envs.alfworld.sources import GameSource, GeneratedGames, RealGames
+from tripod.envs.alfworld.task_types import TASK_TYPES
+from tripod.envs.base import SPLITS, EnvError, Step, StepInfo
 
-REWARD_MODES = ("dense", "sparse")
-PLAN_CPU_S = 10.0
-"""A replan (after the agent leaves the plan) needing more CPU seconds gives no expert
-action for that turn."""
-
-
-@dataclass(frozen=True)
-class GameRef:
-    """A game file on disk and its stable id."""
-
-    path: Path
-    game_id: str
-
-
-GameSource = Callable[[int, Engine], GameRef]
-"""(game index within the split, engine to reuse for generation) -> the game to play."""
-
-
-@dataclass(frozen=True)
-class GeneratedGames:
-    """Game `index` of `split`: task type ``task_types[index % len]``, generator seed
-    ``game_seed(split, index)``; generated on first use and cached."""
-
-    split: str
-    task_types: tuple[str, ...]
-
-    def __call__(self, index: int, engine: Engine) -> GameRef:
-        task_type = self.task_types[index % len(self.task_types)]
-        seed = game_seed(self.split, index)
-        path = generator.cached_game(self.split, seed, task_type, engine)
-        return GameRef(path, f"alfworld/generated/{self.split}/{task_type}-{seed}")
-
-
-@dataclass(frozen=True)
-class RealGames:
-    """Game `index` of the sorted real games of the split (wrapping around)."""
-
-    games: tuple[Path, ...]
-    root: Path
-
-    def __call__(self, index: int, engine: Engine) -> GameRef:
-        path = self.games[index % len(self.games)]
-        return GameRef(path, "alfworld/real/" + path.parent.relative_to(self.root).as_posix())
-
-
-def _spec_of(traj: dict) -> TaskSpec:
-    params = traj["pddl_params"]
-    return TaskSpec(traj["task_type"], params["object_target"],
-                    params.get("parent_target") or None, params.get("toggle_target") or None)
+GAME_TARGET = "tripod.envs.alfworld.game:AlfworldGame"
+STEP_TIMEOUT_S = 120.0
+"""Default cap on one step: a replan may use 10 CPU seconds (`game.PLAN_CPU_S`), more in
+wall time on a loaded machine."""
+RESET_TIMEOUT_S = 900.0
+"""Default cap on one reset, which generates a missing game (pick_two: up to minutes)."""
 
 
 class AlfworldEnv:
-    """ALFWorld text games, one episode at a time (see the module docstring)."""
+    """ALFWorld text games, one episode at a time, played in a child process (see the
+    module docstring; the episode rules are `game.AlfworldGame`'s)."""
 
-    def __init__(self, env_id: str, split: str, games: GameSource, reward: str = "dense",
-                 expert: bool = True, max_turns: int | None = None) -> None:
-        if reward not in REWARD_MODES:
-            raise ValueError(f"reward must be one of {REWARD_MODES}, got {reward!r}")
+    def __init__(self, env_id: str, split: str, games: GameSource, expert: bool = True,
+                 max_turns: int | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
+                 reset_timeout_s: float = RESET_TIMEOUT_S) -> None:
         self.env_id = env_id
         self.split = split
-        self.reward_mode = reward
-        self.expert = expert
-        self.max_turns = max_turns
-        self._games = games
-        self._engine = Engine()
-        self._game: GameRef | None = None
-        self._spec: TaskSpec | None = None
-        self._plan: list[str] | None = None
-        self._progress = 0.0
-        self._turn = 0
-        self._done = True
-        self._objective = ""
-        self._last_obs = ""
+        self.step_timeout_s = step_timeout_s
+        self.reset_timeout_s = reset_timeout_s
+        kwargs = {"env_id": env_id, "split": split, "games": games, "expert": expert,
+                  "max_turns": max_turns}
+        environ = {"ALFWORLD_DATA": real.alfworld_data()}  # the child's only, see real.py
+        self._process = ChildProcess(GAME_TARGET, kwargs, environ,
+                                     label=f"ALFWorld game process ({env_id}, {split})")
+        self._in_episode = False
 
-    def reset(self, seed: int) -> tuple[str, StepInfo]:
-        self._game = self._games(seed, self._engine)
-        traj = json.loads((self._game.path.parent / "traj_data.json").read_text())
-        self._spec = _spec_of(traj)
-        walkthrough = json.loads(self._game.path.read_text()).get("walkthrough")
-        self._engine.load(str(self._game.path))
-        state = self._engine.reset()
-        self._plan = list(walkthrough) if isinstance(walkthrough, list) else None
-        self._turn, self._done = 0, False
-        self._last_obs = intro_text(state.feedback)
-        self._objective = objective_of(self._last_obs)
-        info = self._info(invalid=False)
-        self._progress = info.progress
-        return self._last_obs, info
+    @property
+    def pid(self) -> int | None:
+        """The game process's id (None until the first reset, or after a failure)."""
+        return self._process.pid
+
+    def reset(self, game_index: int) -> tuple[str, StepInfo]:
+        """Start game number `game_index` of this env's split."""
+        self._in_episode = False
+        observation, info = self._process.call("reset", game_index,
+                                               timeout_s=self.reset_timeout_s)
+        self._in_episode = True
+        return observation, info
 
     def step(self, action: str) -> Step:
-        if self._game is None:
-            raise EnvError("step() before reset()")
-        if self._done:  # past the end: report the terminal state again, change nothing
-            return Step(self._last_obs, 0.0, self._engine.won, not self._engine.won,
-                        self._info(invalid=False))
-        command = clean_action(action).lower()
-        invalid = command not in self._engine.admissible
-        state = self._engine.step(command)
-        self._turn += 1
-        self._follow_plan(command, invalid)
-        info = self._info(invalid)
-        reward = self._reward(info)
-        self._progress = info.progress
-        terminated = info.won
-        truncated = not terminated and self.max_turns is not None and self._turn >= self.max_turns
-        self._done = terminated or truncated
-        self._last_obs = state.feedback.strip()
-        return Step(self._last_obs, reward, terminated, truncated, info)
+        if not self._in_episode:
+            raise EnvError("step() before reset() (or after the game process failed)")
+        try:
+            return self._process.call("step", action, timeout_s=self.step_timeout_s)
+        except EnvError:
+            self._in_episode = False
+            raise
+
+    def prepare(self, game_index: int) -> Path:
+        """Generate game `game_index` if it is not cached yet (in the child); its file."""
+        return Path(self._process.call("prepare", game_index, timeout_s=self.reset_timeout_s))
 
     def close(self) -> None:
-        self._engine.close()
+        self._in_episode = False
+        self._process.close()
 
-    def _reward(self, info: StepInfo) -> float:
-        if self.reward_mode == "sparse":
-            return 1.0 if info.won else 0.0
-        return info.progress - self._progress
-
-    def _follow_plan(self, command: str, invalid: bool) -> None:
-        """Keep the plan while the agent follows it; a rejected command changes nothing."""
-        if invalid or self._plan is None:
-            return
-        self._plan = self._plan[1:] if self._plan and command == self._plan[0] else None
-
-    def _expert_action(self) -> str | None:
-        if not self.expert or self._engine.won:
-            return None
-        if not self._plan or self._plan[0] not in self._engine.admissible:
-            self._plan = self._engine.plan_within(PLAN_CPU_S)
-        return self._plan[0] if self._plan else None
-
-    def _info(self, invalid: bool) -> StepInfo:
-        assert self._spec is not None and self._game is not None
-        won = self._engine.won
-        score = stage(self._spec, self._engine.facts, won)
-        top = MAX_STAGE[self._spec.task_type]
-        return StepInfo(
-            objective=self._objective, won=won, lost=False, score=float(score),
-            max_score=float(top), progress=score / top, expert_action=self._expert_action(),
-            admissible_actions=self._engine.admissible, invalid_action=invalid,
-            game_id=self._game.game_id,
-            extra={"task_type": self._spec.task_type, "turn": self._turn,
-                   "game_file": str(self._game.path)})
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: nothing sensible to do
+            self._process.close()
 
 
-def _task_types(env_id: str, prefix: str, override: list[str] | tuple[str, ...] | None
-                ) -> tuple[str, ...]:
+def _task_types(env_id: str, prefix: str, override: Sequence[str] | None) -> tuple[str, ...]:
     suffix = env_id[len(prefix):].lstrip("-")
     if override is not None and suffix:
         raise ValueError(f"{env_id} names its task type; drop the task_types override")
@@ -177,27 +99,53 @@ def _task_types(env_id: str, prefix: str, override: list[str] | tuple[str, ...] 
     return types
 
 
-def _check_split(split: str) -> None:
+def _check(split: str, max_turns: int | None) -> None:
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
+    if max_turns is not None and max_turns < 1:
+        raise ValueError(f"max_turns must be at least 1 (or None), got {max_turns}")
 
 
-def make_generated(env_id: str, split: str = "train", *, reward: str = "dense",
-                   expert: bool = True, max_turns: int | None = None,
-                   task_types: list[str] | None = None) -> AlfworldEnv:
-    """``alfworld/generated[-TASK_TYPE]``; ``task_types`` mixes several types round-robin."""
-    _check_split(split)
+def make_generated(env_id: str, split: str = "train", *, expert: bool = True,
+                   max_turns: int | None = None, task_types: Sequence[str] | None = None,
+                   step_timeout_s: float = STEP_TIMEOUT_S,
+                   reset_timeout_s: float = RESET_TIMEOUT_S) -> AlfworldEnv:
+    """``alfworld/generated[-TASK_TYPE]``; ``task_types`` mixes several types round-robin.
+
+    `expert`: fill `info.expert_action` from the planner (a replan after every detour;
+    turn it off for RL rollouts). `max_turns`: truncate after this many actions."""
+    _check(split, max_turns)
     types = _task_types(env_id, "alfworld/generated", task_types)
-    return AlfworldEnv(env_id, split, GeneratedGames(split, types), reward, expert, max_turns)
+    return AlfworldEnv(env_id, split, GeneratedGames(split, types), expert, max_turns,
+                       step_timeout_s, reset_timeout_s)
 
 
-def make_real(env_id: str, split: str = "train", *, reward: str = "dense", expert: bool = True,
-              max_turns: int | None = None, task_types: list[str] | None = None,
-              data_dir: str | None = None) -> AlfworldEnv:
+def make_real(env_id: str, split: str = "train", *, expert: bool = True,
+              max_turns: int | None = None, task_types: Sequence[str] | None = None,
+              data_dir: str | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
+              reset_timeout_s: float = RESET_TIMEOUT_S) -> AlfworldEnv:
     """``alfworld/real[-TASK_TYPE]`` from ``data_dir`` or ``$ALFWORLD_DATA`` (checked now, so
     missing data fails here with the expected layout rather than at the first reset)."""
-    _check_split(split)
+    _check(split, max_turns)
     types = _task_types(env_id, "alfworld/real", task_types)
     games = real.list_games(split, types, data_dir)
     source = RealGames(games, real.data_root(data_dir) / real.REAL_SPLITS[split])
-    return AlfworldEnv(env_id, split, source, reward, expert, max_turns)
+    return AlfworldEnv(env_id, split, source, expert, max_turns, step_timeout_s,
+                       reset_timeout_s)
+
+
+def prepare_games(env_id: str, split: str, indices: Sequence[int], workers: int = 2, *,
+                  task_types: Sequence[str] | None = None) -> list[Path]:
+    """Generate (or find cached) games `indices` of `split` for an ``alfworld/generated``
+    id, `workers` games at a time (one child process each); their files, in order."""
+    envs = [make_generated(env_id, split, expert=False, task_types=task_types)
+            for _ in range(max(1, min(workers, len(indices))))]
+    chunks = [list(indices)[k::len(envs)] for k in range(len(envs))]
+    try:
+        with ThreadPoolExecutor(len(envs)) as pool:
+            done = pool.map(lambda ec: [ec[0].prepare(i) for i in ec[1]], zip(envs, chunks))
+            paths = dict(zip((i for c in chunks for i in c), (p for ps in done for p in ps)))
+    finally:
+        for env in envs:
+            env.close()
+    return [paths[i] for i in indices]

@@ -17,6 +17,7 @@ receptacle/object type pair of the scene, and unsolvable games are rejected anyw
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import random
@@ -40,7 +41,8 @@ from tripod.envs.alfworld.scenes import (
     load_scene,
     split_scenes,
 )
-from tripod.envs.alfworld.tasks import TASK_TYPES, TaskSpec, can_contain, candidate_specs
+from tripod.envs.alfworld.task_types import TASK_TYPES
+from tripod.envs.alfworld.tasks import TaskSpec, can_contain, candidate_specs
 from tripod.envs.base import EnvError
 
 GENERATOR_VERSION = 1
@@ -255,9 +257,17 @@ def write_game(game: GeneratedGame, folder: Path) -> None:
 
 def cached_game(split: str, seed: int, task_type: str, engine: Engine | None = None) -> Path:
     """The path of the cached ``game.tw-pddl`` for (split, seed, task type), generating it
-    first if needed. ``traj_data.json`` lies beside it."""
+    first if needed. ``traj_data.json`` lies beside it.
+
+    Processes that need the same missing game (the episodes of one GRPO group) take turns
+    on a lock file: one generates it, the others then find it cached."""
     folder = game_dir(split, seed, task_type)
     path = folder / "game.tw-pddl"
-    if not path.exists():
-        write_game(generate(split, seed, task_type, engine), folder)
+    if path.exists():
+        return path
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes (or the process dies)
+        if not path.exists():
+            write_game(generate(split, seed, task_type, engine), folder)
     return path

@@ -15,15 +15,23 @@ import os
 from functools import cache
 from pathlib import Path
 
+from tripod.core.paths import cache_root
 from tripod.envs.base import EnvError
 
 DATA_VERSION = "json_2.1.1"
 REAL_SPLITS = {"train": "train", "sft": "train", "valid": "valid_seen", "test": "valid_unseen"}
 
 
+def alfworld_data() -> str:
+    """``$ALFWORLD_DATA``, else ``$TRIPOD_CACHE/alfworld/data`` (read at call time). Also
+    given to each game's child process, so that importing the `alfworld` wheel there (which
+    creates this folder) does not create ``~/.cache/alfworld``."""
+    return os.environ.get("ALFWORLD_DATA") or str(cache_root() / "alfworld" / "data")
+
+
 def data_root(data_dir: str | os.PathLike | None = None) -> Path:
-    """``<data_dir or $ALFWORLD_DATA>/json_2.1.1`` (read at call time, not at import)."""
-    base = data_dir if data_dir is not None else os.environ.get("ALFWORLD_DATA", "")
+    """``<data_dir or alfworld_data()>/json_2.1.1``."""
+    base = data_dir if data_dir is not None else alfworld_data()
     return Path(base).expanduser() / DATA_VERSION
 
 

@@ -10,23 +10,12 @@ call and telescopes: per-turn differences sum to 1 on a won game.
 from __future__ import annotations
 
 import random
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 import alfworld.gen.constants as constants
 import alfworld.gen.goal_library as goal_library
 
 from tripod.envs.alfworld.scenes import Scene
-
-TASK_TYPES = (
-    "pick_and_place_simple",
-    "look_at_obj_in_light",
-    "pick_clean_then_place_in_recep",
-    "pick_heat_then_place_in_recep",
-    "pick_cool_then_place_in_recep",
-    "pick_two_obj_and_place",
-)
-"""ALFWorld's task types, in its own numbering order (1..6)."""
 
 _APPLIANCE = {
     "pick_clean_then_place_in_recep": ("SinkBasin", "Cleanable", "isclean"),
@@ -107,11 +96,6 @@ def candidate_specs(scene: Scene, task_type: str) -> list[TaskSpec]:
                 continue
             specs.append(TaskSpec(task_type, obj, recep))
     return specs
-
-
-def facts_of(propositions: Iterable) -> Facts:
-    """TextWorld propositions -> (predicate, args...) tuples."""
-    return frozenset((p.name, *(v.name for v in p.arguments)) for p in propositions)
 
 
 def stage(spec: TaskSpec, facts: Facts, won: bool) -> int:
