@@ -38,12 +38,20 @@ from tripod.envs.registry import register  # noqa: E402
 
 _TYPES = "|".join(TASK_TYPES)
 
+
+def _prepare(env_id: str, split: str, games: list[int], options: dict) -> None:
+    """The registry's preparation hook: generate a run's games up front, two at a time
+    (a pick_two game alone takes ~20 s, more than an episode's reset time-out)."""
+    prepare_games(env_id, split, games, workers=2, task_types=options.get("task_types"))
+
+
 register(
     rf"alfworld/generated(-({_TYPES}))?",
     make_generated,
     ("alfworld/generated", "alfworld/generated-pick_heat_then_place_in_recep"),
     "ALFWorld games generated offline from the alfworld package (6 task types; test split "
-    "on unseen scenes); planner expert, dense progress rewards",
+    "on unseen scenes); planner expert, progress = share of goal conditions met",
+    prepare=_prepare,
 )
 register(
     rf"alfworld/real(-({_TYPES}))?",
