@@ -1,14 +1,14 @@
 """`AlfworldEnv`: ALFWorld games behind tripod's `Env` protocol, each in its own process.
 
 The episode logic is `game.AlfworldGame`; this env runs one in a child process
-(`process.ChildProcess`) and forwards `reset` and `step` to it. The child is needed for
-correctness, not speed: textworld's PDDL layer keeps module-level state, so two games in
-threads of one process corrupt each other (the rollout engine steps its envs in threads).
-With one process per env, any number of envs may run at once and give the same episodes as
-one at a time (tests/envs/test_alfworld_parallel.py). The child starts on the first `reset`
-(about 1 s: it imports textworld and alfworld) and is reused across episodes; a crash, a hang
-past the time-out or an exception in it raises `EnvError`, and the next `reset` starts a
-fresh one.
+(`tripod.envs.process.ChildProcess`) and forwards `reset` and `step` to it. The child is
+needed for correctness, not speed: textworld's PDDL layer keeps module-level state, so two
+games in threads of one process corrupt each other (the rollout engine steps its envs in
+threads). With one process per env, any number of envs may run at once and give the same
+episodes as one at a time (tests/envs/test_alfworld_parallel.py). The child starts on the
+first `reset` (about 1 s: it imports textworld and alfworld) and is reused across episodes;
+a crash, a hang past the time-out or an exception in it raises `EnvError`, and the next
+`reset` starts a fresh one.
 
 The parent never imports the `alfworld` wheel (its import creates a data folder and writes
 ``ALFWORLD_DATA``); the child gets ``ALFWORLD_DATA`` in its own environment (`real.alfworld_data`).
@@ -16,16 +16,15 @@ The parent never imports the `alfworld` wheel (its import creates a data folder 
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from tripod.envs.alfworld import real
-from tripod.envs.alfworld.process import ChildProcess
 from tripod.envs.alfworld.sources import GameSource, GeneratedGames, RealGames
 from tripod.envs.alfworld.task_types import TASK_TYPES
 from tripod.envs.base import SPLITS, EnvError, Step, StepInfo
+from tripod.envs.process import ChildProcess
 
 GAME_TARGET = "tripod.envs.alfworld.game:AlfworldGame"
 STEP_TIMEOUT_S = 120.0
@@ -49,7 +48,7 @@ class AlfworldEnv:
         kwargs = {"env_id": env_id, "split": split, "games": games, "expert": expert,
                   "max_turns": max_turns}
         environ = {"ALFWORLD_DATA": real.alfworld_data()}  # the child's only, see real.py
-        self._process = ChildProcess(GAME_TARGET, kwargs, environ,
+        self._process = ChildProcess(GAME_TARGET, kwargs, environ=environ,
                                      label=f"ALFWorld game process ({env_id}, {split})")
         self._in_episode = False
 
@@ -82,10 +81,6 @@ class AlfworldEnv:
     def close(self) -> None:
         self._in_episode = False
         self._process.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown: nothing sensible to do
-            self._process.close()
 
 
 def _task_types(env_id: str, prefix: str, override: Sequence[str] | None) -> tuple[str, ...]:

@@ -33,14 +33,13 @@ only when the game did not end on that turn.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from tripod.envs.base import EnvError, Step, StepInfo, clean_action, game_seed
 from tripod.envs.textworld.generate import GameConfig, generate_game
-from tripod.envs.textworld.process import GameProcess
+from tripod.envs.textworld.process import LoadRequest, game_process
 from tripod.envs.textworld.text import (
     clean_feedback,
     is_meta_command,
@@ -108,7 +107,7 @@ class TextWorldEnv:
         self.max_turns = max_turns
         self.step_timeout_s = step_timeout_s
         self.load_timeout_s = load_timeout_s
-        self._process = GameProcess()
+        self._process = game_process()
         self._info: StepInfo | None = None
         self._turns = 0
         self._over = False
@@ -130,8 +129,8 @@ class TextWorldEnv:
             raise EnvError(f"could not generate {self.game.key} seed {seed}: "
                            f"{type(exc).__name__}: {exc}") from exc
         self._info = None  # a failed load leaves no game to step
-        state = self._process.call("load", (str(folder / "game.z8"), self._request()),
-                                   self.load_timeout_s)
+        request = LoadRequest(str(folder / "game.z8"), self._request())
+        state = self._process.call("load", request, self.load_timeout_s)
         self._turns, self._over = 0, False
         info = info_from_state(state, game_id=f"{self.game.key}/seed{seed}")
         info.extra["walkthrough"] = state["walkthrough"]
@@ -190,7 +189,3 @@ class TextWorldEnv:
     def close(self) -> None:
         """Stop the game process (a later `reset` starts a new one)."""
         self._process.close()
-
-    def __del__(self) -> None:
-        with contextlib.suppress(Exception):  # interpreter shutdown: nothing sensible to do
-            self._process.close()

@@ -1,0 +1,192 @@
+"""One object in a child process of its own, called by method name over a pipe.
+
+Why the text-game families need it: the libraries under them are not safe to run in the
+process that trains. Jericho, the Z-machine interpreter under TextWorld, is a C library that
+can hang or crash the whole process on odd input (a NUL byte makes it spin forever), and
+textworld's PDDL layer used by ALFWorld keeps module-level state (one shared parser, global
+translator options, a swapped ``sys.stdout``), so two games in threads of one process corrupt
+each other. A game in a child process, waited for with a time-out, turns a crash, a hang or
+an exception into `EnvError` in the parent, never a hang; and the next call starts a fresh
+child. A family module says only what runs in the child (a class with one method per
+request); this module owns the process, the pipes, the time-outs and the clean-up.
+
+Protocol: the parent starts ``python -c 'serve(r, w)'`` with two pipes. The first request
+builds the object (``("__init__", (target, kwargs))``, ``target`` written
+``"module:Class"``); each later request is ``(method name, argument)`` and runs
+``obj.method(argument)``; ``("close", None)`` ends the loop (the object's ``close()`` is
+called if it has one). Every reply is ``("ok", value)`` or ``("error", traceback text)``.
+Arguments and values are pickled, so they must be plain records. Nothing is imported from the
+target's module in the parent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import os
+import subprocess
+import sys
+import tempfile
+import traceback
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import IO, Any
+
+from tripod.envs.base import EnvError
+
+CLOSE_WAIT_S = 2.0
+"""How long `ChildProcess.close` waits for the child to stop by itself before killing it."""
+
+
+def serve(read_fd: int, write_fd: int) -> None:
+    """Child main loop: build the target, then answer method calls until told to stop."""
+    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    obj: Any = None
+    while True:
+        try:
+            method, arg = inbox.recv()
+        except EOFError:  # the parent is gone
+            break
+        if method == "close":
+            break
+        try:
+            if method == "__init__":
+                obj, result = _build(*arg), None
+            else:
+                result = getattr(obj, method)(arg)
+            outbox.send(("ok", result))
+        except Exception:
+            outbox.send(("error", traceback.format_exc()))
+    if obj is not None and hasattr(obj, "close"):
+        with contextlib.suppress(Exception):
+            obj.close()
+
+
+def _build(target: str, kwargs: dict[str, Any]) -> Any:
+    """``module:Class`` built with `kwargs` (the module is imported here, in the child)."""
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+def _child_environment(environ: dict[str, str]) -> dict[str, str]:
+    """Ours plus `environ`, with this checkout of tripod first on the path (the child runs
+    ``python -c`` and must import the same `tripod` as the parent). A ``PYTHONPATH`` in
+    `environ` is put in front of ours rather than replacing it."""
+    import tripod
+
+    src = str(Path(tripod.__file__).resolve().parent.parent)
+    parts = (src, environ.get("PYTHONPATH"), os.environ.get("PYTHONPATH"))
+    return {**os.environ, **environ, "PYTHONPATH": os.pathsep.join(p for p in parts if p)}
+
+
+class ChildProcess:
+    """Parent side of one object in a child process; started on the first call, and again
+    on the next call after a failure (with a fresh object: the old state is lost).
+
+    Not for concurrent use: one call at a time, as an env is stepped.
+    """
+
+    def __init__(self, target: str, kwargs: dict[str, Any] | None = None, *, label: str,
+                 environ: dict[str, str] | None = None, keep_stdout: bool = False) -> None:
+        self.target = target
+        """The object to build in the child, ``"module:Class"``."""
+        self.kwargs = dict(kwargs or {})
+        """Keyword arguments of its constructor (pickled to the child)."""
+        self.label = label
+        """Names the child in errors (e.g. 'TextWorld game process')."""
+        self.environ = dict(environ or {})
+        """Added to the child's environment only (nothing is set in this process)."""
+        self.keep_stdout = keep_stdout
+        """Keep the child's stdout in its log next to stderr (the log's end is shown in
+        errors); off where a library prints much that nobody reads (ALFWorld's planner)."""
+        self._proc: subprocess.Popen | None = None
+        self._to_child: Connection | None = None
+        self._from_child: Connection | None = None
+        self._log: IO[bytes] | None = None
+
+    @property
+    def pid(self) -> int | None:
+        """The child's process id (None until the first call, and after a failure)."""
+        return self._proc.pid if self._proc is not None else None
+
+    def call(self, method: str, arg: Any, timeout_s: float) -> Any:
+        """``obj.method(arg)`` in the child. A crash, a hang past `timeout_s` or an
+        exception there becomes `EnvError` (and the child is stopped; the next call starts a
+        new one). Starting the child counts against the same `timeout_s`."""
+        if self._proc is None:
+            self._start()
+            self._request("__init__", (self.target, self.kwargs), timeout_s)
+        return self._request(method, arg, timeout_s)
+
+    def _start(self) -> None:
+        r_in, w_in = os.pipe()
+        r_out, w_out = os.pipe()
+        code = f"from {__name__} import serve; serve({r_in}, {w_out})"
+        self._log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the child)
+        stdout = self._log if self.keep_stdout else subprocess.DEVNULL
+        # Own session: a Ctrl-C in the terminal reaches the parent only, which then closes us.
+        self._proc = subprocess.Popen(
+            [sys.executable, "-c", code], pass_fds=(r_in, w_out), stdin=subprocess.DEVNULL,
+            stdout=stdout, stderr=self._log, env=_child_environment(self.environ),
+            start_new_session=True)
+        os.close(r_in)
+        os.close(w_out)
+        self._to_child = Connection(w_in, readable=False)
+        self._from_child = Connection(r_out, writable=False)
+
+    def _request(self, method: str, arg: Any, timeout_s: float) -> Any:
+        assert self._to_child is not None and self._from_child is not None
+        try:
+            self._to_child.send((method, arg))
+            if not self._from_child.poll(timeout_s):
+                raise self._fail(f"did not answer {method!r} within {timeout_s:g} s (hung, killed)")
+            status, payload = self._from_child.recv()
+        except (EOFError, OSError) as exc:
+            raise self._fail(f"crashed during {method!r} ({type(exc).__name__})") from exc
+        if status == "error":
+            raise self._fail(f"raised during {method!r}:\n{payload}")
+        return payload
+
+    def _fail(self, what: str) -> EnvError:
+        """Stop the child and describe the failure, with the end of its output."""
+        proc, tail = self._proc, self._log_tail()
+        self.close()  # waits for (or kills) the child, so its exit code is known
+        code = proc.returncode if proc is not None else None
+        return EnvError(f"{self.label} {what}; exit code {code}."
+                        + (f"\nIts last output:\n{tail}" if tail else ""))
+
+    def _log_tail(self, chars: int = 2000) -> str:
+        """The last `chars` characters of the child's log (read from the end: a long-lived
+        child may have written a lot)."""
+        if self._log is None:
+            return ""
+        self._log.flush()  # what this process wrote into it (tests simulate a dying child)
+        end = self._log.seek(0, os.SEEK_END)
+        self._log.seek(max(0, end - 4 * chars))  # at most 4 bytes a character in UTF-8
+        return self._log.read().decode(errors="replace")[-chars:].strip()
+
+    def close(self) -> None:
+        """Ask the child to stop (it closes its object); kill it if it has not stopped after
+        `CLOSE_WAIT_S`. Releases the pipes and the log; safe to call twice."""
+        if self._proc is not None:
+            try:
+                if self._to_child is not None:
+                    self._to_child.send(("close", None))
+                self._proc.wait(timeout=CLOSE_WAIT_S)
+            except (OSError, subprocess.TimeoutExpired):
+                self._proc.kill()
+                self._proc.wait()
+        for handle in (self._to_child, self._from_child, self._log):
+            if handle is not None:
+                handle.close()
+        self._proc = self._to_child = self._from_child = self._log = None
+
+    def __enter__(self) -> ChildProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # interpreter shutdown: nothing sensible to do
+            self.close()

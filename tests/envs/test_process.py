@@ -1,0 +1,162 @@
+"""`tripod.envs.process.ChildProcess` on its own, with a trivial object in the child (no game).
+
+The TextWorld and ALFWorld suites check the same machinery through real games; these tests
+pin each failure mode of the shared module directly and quickly: an exception, a crash, a
+hang, the restart after each, and that closing leaves no process and no file handle behind.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tripod.envs.base import EnvError
+from tripod.envs.process import ChildProcess
+
+# The child imports this module by the name pytest gave it, from the folder pytest put on
+# sys.path for it (for tests/envs/test_process.py with tests/envs/__init__.py: tests/).
+TEST_ROOT = str(Path(__file__).resolve().parents[len(__name__.split(".")) - 1])
+TARGET = f"{__name__}:Counter"
+
+
+class Counter:
+    """What the tests run in the child: a counter, plus ways to fail on request."""
+
+    def __init__(self, start: int = 0, closed_marker: str | None = None) -> None:
+        if start < 0:
+            raise ValueError("start must be >= 0")
+        self.count = start
+        self.closed_marker = closed_marker
+
+    def add(self, n: int) -> int:
+        self.count += n
+        return self.count
+
+    def pid(self, _: None) -> int:
+        return os.getpid()
+
+    def getenv(self, name: str) -> str | None:
+        return os.environ.get(name)
+
+    def fail(self, message: str) -> None:
+        raise ValueError(message)
+
+    def crash(self, code: int) -> None:
+        print("about to die", file=sys.stderr, flush=True)
+        os._exit(code)
+
+    def hang(self, seconds: float) -> None:
+        time.sleep(seconds)
+
+    def close(self) -> None:
+        if self.closed_marker:
+            Path(self.closed_marker).write_text("closed")
+
+
+def _child(**kwargs) -> ChildProcess:
+    return ChildProcess(TARGET, kwargs, label="test child",
+                        environ={"PYTHONPATH": TEST_ROOT, "TRIPOD_TEST_MARK": "child-only"})
+
+
+def _children() -> set[int]:
+    """Ids of this process's live children (psutil if installed, else /proc)."""
+    try:
+        import psutil
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        return {p.pid for p in psutil.Process().children()}
+    if not Path("/proc/self/status").exists():
+        pytest.skip("counting child processes needs psutil or /proc")
+    found = set()
+    for status in Path("/proc").glob("[0-9]*/status"):
+        try:
+            fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines()
+                          if ":\t" in line)
+        except OSError:  # the process ended while we looked
+            continue
+        if int(fields.get("PPid", "0")) == os.getpid():
+            found.add(int(status.parent.name))
+    return found
+
+
+def _open_fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd")) if Path("/proc/self/fd").exists() else set()
+
+
+def test_calls_reach_one_object_in_a_child_with_its_own_environment() -> None:
+    with _child(start=10) as child:
+        assert child.pid is None  # the constructor starts nothing
+        assert child.call("add", 1, timeout_s=60) == 11
+        assert child.call("add", 5, timeout_s=60) == 16  # the same object, kept between calls
+        assert child.call("pid", None, timeout_s=60) == child.pid != os.getpid()
+        assert child.call("getenv", "TRIPOD_TEST_MARK", timeout_s=60) == "child-only"
+        assert "TRIPOD_TEST_MARK" not in os.environ
+    assert child.pid is None
+
+
+def test_an_exception_in_the_child_is_an_env_error_and_the_next_call_restarts() -> None:
+    with _child(start=10) as child:
+        child.call("add", 1, timeout_s=60)
+        first = child.pid
+        with pytest.raises(EnvError, match=r"(?s)test child raised during 'fail'.*"
+                                           r"ValueError: no such door"):
+            child.call("fail", "no such door", timeout_s=60)
+        assert child.pid is None
+        assert child.call("add", 1, timeout_s=60) == 11  # a fresh object: the count restarted
+        assert child.pid != first
+
+
+def test_a_failing_constructor_is_an_env_error() -> None:
+    with _child(start=-1) as child, pytest.raises(EnvError, match="raised during '__init__'"):
+        child.call("add", 1, timeout_s=60)
+
+
+def test_a_crash_is_an_env_error_with_exit_code_and_last_output() -> None:
+    with _child() as child:
+        child.call("add", 1, timeout_s=60)
+        pid = child.pid
+        with pytest.raises(EnvError, match=r"(?s)crashed during 'crash'.*exit code 3\..*"
+                                           r"about to die"):
+            child.call("crash", 3, timeout_s=60)
+        assert pid not in _children()  # reaped, not a zombie
+        assert child.call("add", 2, timeout_s=60) == 2
+
+
+def test_a_hang_past_the_time_out_is_an_env_error_and_the_child_is_killed() -> None:
+    with _child() as child:
+        child.call("add", 1, timeout_s=60)
+        pid = child.pid
+        with pytest.raises(EnvError, match=r"did not answer 'hang' within 0.5 s \(hung"):
+            child.call("hang", 3600.0, timeout_s=0.5)
+        assert child.pid is None
+        with pytest.raises(ProcessLookupError):  # killed, not left sleeping
+            os.kill(pid, 0)
+        assert child.call("add", 1, timeout_s=60) == 1
+
+
+def test_close_leaves_no_process_and_no_file_handle(tmp_path: Path) -> None:
+    marker = tmp_path / "closed"
+    children, fds = _children(), _open_fds()
+    child = _child(closed_marker=str(marker))
+    child.call("add", 1, timeout_s=60)
+    assert child.pid in _children() and _open_fds() != fds
+    child.close()
+    child.close()  # twice is harmless
+    assert _children() - children == set()
+    assert _open_fds() == fds
+    assert marker.read_text() == "closed"  # the child closed its object before exiting
+
+
+def test_failures_leave_no_process_and_no_file_handle() -> None:
+    children, fds = _children(), _open_fds()
+    child = _child()
+    for method, arg, timeout_s in (("fail", "x", 60), ("crash", 1, 60), ("hang", 3600.0, 0.5)):
+        with pytest.raises(EnvError):
+            child.call(method, arg, timeout_s=timeout_s)
+        assert _children() - children == set()
+        assert _open_fds() == fds
