@@ -10,7 +10,7 @@ these machines), while an optimal plan stays valid as long as the agent follows 
 Not safe to share between threads, nor to run next to another `Engine` in other threads of
 the same process: textworld's PDDL loader and fast-downward's translator keep module-level
 state (a shared parser, global options, a swapped ``sys.stdout``). Each ALFWorld env
-therefore runs its engine in a child process of its own (`process.py`).
+therefore runs its engine in a child process of its own (`tripod.envs.process`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 Kept apart from `tasks.py` because importing anything from the wheel runs its
 ``alfworld/info.py``, which creates a data folder and writes ``ALFWORLD_DATA`` into the
 environment. The parent process (registry, factories, option checks) only needs the names;
-the wheel is imported in the game's child process (see `process.py`).
+the wheel is imported in the game's child process (see `tripod.envs.process`).
 """
 
 from __future__ import annotations
