@@ -65,8 +65,8 @@ img.plot { max-width: 100%; border: 1px solid var(--line); border-radius: 6px; }
 .tok { border-radius: 3px; padding: 1px 0; margin-right: 1px; box-shadow: inset 0 -1px 0 #c8ccd1;
        cursor: default; }
 .tok:hover { outline: 2px solid #0969da; }
-.tok.masked { color: #8c959f; text-decoration: line-through; background-image:
-       repeating-linear-gradient(135deg, rgba(0,0,0,0.07) 0 3px, transparent 3px 6px) !important;
+.tok.masked { color: #6e7781; text-decoration: line-through; background-image:
+       repeating-linear-gradient(135deg, rgba(0,0,0,0.08) 0 2px, transparent 2px 5px);
        box-shadow: inset 0 -1px 0 #8c959f; }
 .tok.partial { color: #8c959f; }
 .sent { font-size: 12px; color: var(--muted); margin: 2px 0 4px; }
@@ -85,10 +85,20 @@ JS = r"""
   });
   body.setAttribute("data-errors", "0");
 
+  // Lone surrogates (undecodable model or env bytes) become U+FFFD before they reach the
+  // DOM; the report builder does this already, this keeps the page safe on its own.
+  // Control characters (an env's ANSI escapes) show as their Unicode control pictures.
+  function wf(text) {
+    var s = String(text);
+    s = s.toWellFormed ? s.toWellFormed() : s;
+    return s.replace(/[\x00-\x08\x0b-\x1f\x7f]/g, function (c) {
+      return String.fromCharCode(c === "\x7f" ? 0x2421 : 0x2400 + c.charCodeAt(0));
+    });
+  }
   function el(tag, cls, text) {
     var node = document.createElement(tag);
     if (cls) { node.className = cls; }
-    if (text !== undefined && text !== null) { node.textContent = String(text); }
+    if (text !== undefined && text !== null) { node.textContent = wf(text); }
     return node;
   }
   function fmt(x, digits) {
@@ -297,11 +307,13 @@ JS = r"""
       var span = el("span", "tok", piece === "" ? "\u00b7" : piece.replace(/\n/g, "\u21b5\n"));
       if (piece === "") { span.className += " partial"; }
       if (!t.loss_mask[i]) { span.className += " masked"; }
-      var c = colour(tokenValue(t, i, state.colour), state.colour, scale);
+      // Masked tokens are hatched and grey instead of coloured: they carry no gradient,
+      // and the colour would hide the hatching (their numbers stay in the tooltip).
+      var c = t.loss_mask[i] ? colour(tokenValue(t, i, state.colour), state.colour, scale) : null;
       if (c) { span.style.backgroundColor = c; counts.coloured += 1; }
       var title = tokenTitle(t, i);
-      span.setAttribute("title", title);
-      span.setAttribute("data-info", title.replace(/\n/g, "  \u00b7  "));
+      span.setAttribute("title", wf(title));
+      span.setAttribute("data-info", wf(title.replace(/\n/g, "  \u00b7  ")));
       counts.tokens += 1;
       box.appendChild(span);
     }
@@ -361,7 +373,7 @@ JS = r"""
 
   episodesBox.addEventListener("mouseover", function (e) {
     var info = e.target && e.target.getAttribute ? e.target.getAttribute("data-info") : null;
-    if (info) { tokinfo.textContent = info; }
+    if (info) { tokinfo.textContent = wf(info); }
   });
   // A link can open a view: #set=2&group=5&hide=lost,truncated&colour=prob (set is the
   // index in the iteration list, group a group id, hide a list of outcome filters).

@@ -35,6 +35,7 @@ from tripod.report.records import (
     episode_records_json,
     read_trajectories,
     trajectory_files,
+    well_formed,
 )
 
 CURVE_ORDER = ("success_rate", "valid_success_rate", "return", "episode_length",
@@ -154,13 +155,15 @@ def _range(values: list[float]) -> tuple[float, float]:
 def svg_line_chart(title: str, series: dict[str, list[tuple[float, float]]],
                    width: int = 320, height: int = 190) -> str:
     """A small line chart: one polyline (and dots with tooltips) per series."""
-    left, right, top, bottom = 48, 10, 24, 26
     xs = [x for pts in series.values() for x, _ in pts]
     ys = [y for pts in series.values() for _, y in pts]
     if not xs:
         return ""
     x0, x1 = (min(xs), max(xs)) if max(xs) > min(xs) else (min(xs) - 1, max(xs) + 1)
     y0, y1 = _range(ys)
+    ticks = [y0, (y0 + y1) / 2, y1]
+    labels = _ticks(ticks)
+    left, right, top, bottom = 14 + 6 * max(len(s) for s in labels), 10, 24, 26
     w, h = width - left - right, height - top - bottom
 
     def px(x: float) -> float:
@@ -175,8 +178,7 @@ def svg_line_chart(title: str, series: dict[str, list[tuple[float, float]]],
              f'<text x="{left}" y="15" font-size="13" font-weight="600">{html.escape(title)}</text>',
              f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="#8c959f"/>',
              f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="#8c959f"/>']
-    ticks = [y0, (y0 + y1) / 2, y1]
-    for y, label in zip(ticks, _ticks(ticks)):
+    for y, label in zip(ticks, labels):
         parts.append(f'<text x="{left - 4}" y="{py(y) + 4:.1f}" font-size="10" '
                      f'text-anchor="end" fill="#656d76">{label}</text>')
         parts.append(f'<line x1="{left}" y1="{py(y):.1f}" x2="{left + w}" y2="{py(y):.1f}" '
@@ -266,7 +268,7 @@ def svg_interval_chart(rows: list[EvalRow], height: int = 210) -> str:
 
 # -- HTML pieces -----------------------------------------------------------------------------
 def _esc(x: Any) -> str:
-    return html.escape(str(x))
+    return html.escape(well_formed(str(x)))
 
 
 def _table(header: list[str], rows: list[list[Any]]) -> str:

@@ -71,8 +71,8 @@ def token_text(tokens: TurnTokens, scale: float) -> Text:
     out = Text()
     for i, piece in enumerate(tokens.text):
         shown = safe(piece).replace("\n", "\u21b5\n") if piece else "\u00b7"
-        bg = token_colour(tokens, i, scale)
         masked = not tokens.loss_mask[i]
+        bg = None if masked else token_colour(tokens, i, scale)  # no gradient, no colour
         style = Style(color="grey50" if masked else "black", bgcolor=bg, strike=masked,
                       dim=masked)
         out.append(shown, style=style)
@@ -101,7 +101,8 @@ def render_episode(ep: EpisodeRecord, index: int, total: int,
                    with_tokens: bool = False) -> RenderableType:
     """One episode as a rich renderable (header, objective, start, then each turn)."""
     scale = advantage_scale(ep)
-    head = Text(f"episode {index} of {total}  ", style="bold")
+    head = Text()
+    head.append(f"episode {index} of {total}  ", style="bold")
     head.append(f"[{ep.outcome}: {ep.end}]", style=OUTCOME_STYLE.get(ep.outcome, "bold"))
     head.append(f"\n{safe(ep.source)} iteration {ep.iteration} \u00b7 {safe(ep.env_id)} "
                 f"[{safe(ep.split)}] game {ep.game_index} \u00b7 group {ep.group_id} \u00b7 "
@@ -116,7 +117,8 @@ def render_episode(ep: EpisodeRecord, index: int, total: int,
     parts.append(Panel(Text(safe(ep.objective)), title="objective", title_align="left"))
     parts.append(Panel(Text(safe(ep.first_observation)), title="start", title_align="left"))
     for k, turn in enumerate(ep.turns):
-        line = Text(f"turn {k + 1}", style="bold")
+        line = Text()
+        line.append(f"turn {k + 1}", style="bold")
         line.append(f"  {turn.status}  reward {turn.reward:.3f}\n", style="dim")
         line.append_text(token_text(turn.tokens, scale))
         line.append("\nsent to env: ", style="dim")

@@ -36,6 +36,7 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass, field
@@ -373,10 +374,21 @@ def read_trajectories(path: str | Path) -> list[EpisodeRecord]:
     return list(iter_trajectories(path))
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def well_formed(text: str) -> str:
+    """`text` with lone surrogates (undecodable bytes of a model or env) as U+FFFD."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
 def _strict(value: Any) -> Any:
-    """NaN and infinities as null, recursively (JSON.parse rejects them)."""
+    """NaN and infinities as null (JSON.parse rejects them) and well-formed strings (a lone
+    surrogate in a page's DOM crashes Chromium's --dump-dom), recursively."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
+    if isinstance(value, str):
+        return well_formed(value)
     if isinstance(value, list):
         return [_strict(v) for v in value]
     if isinstance(value, dict):
@@ -385,7 +397,8 @@ def _strict(value: Any) -> Any:
 
 
 def episode_records_json(episodes: list[EpisodeRecord]) -> list[dict[str, Any]]:
-    """Records back in the file's episode layout, strict JSON (for the HTML viewer)."""
+    """Records back in the file's episode layout as strict JSON with well-formed text
+    (for the HTML viewer; the file itself keeps lone surrogates as they were)."""
     return [_strict(asdict(e)) for e in episodes]
 
 
