@@ -69,7 +69,8 @@ def test_hostile_text_is_escaped_in_the_file(tmp_path, tokenizer):
     assert page.count("<script") == 2  # the data block and the viewer, nothing else
     assert "&lt;/pre&gt;&lt;script&gt;alert(1)" in page
     data = _payload(page)
-    assert data["sets"][0]["episodes"][3]["turns"][1]["action"] == HOSTILE[4]
+    shown = data["sets"][0]["episodes"][3]["turns"][1]["action"]
+    assert shown == HOSTILE[4].replace("\udcff", "\ufffd")  # the DOM gets well-formed text
 
 
 def test_damaged_inputs_become_warnings(run_copy):
@@ -100,6 +101,17 @@ def test_study_directory_lists_runs_tables_and_plots(run_copy, tmp_path):
     assert "data:image/png;base64," in page and "data:image/svg+xml;base64," in page
     assert "<script>alert" not in page  # the SVG is an image, its script never inline
     assert page.count("<polyline") >= 2  # overlaid curves of both runs
+
+
+def test_max_episodes_keeps_whole_groups(tmp_path, tokenizer):
+    run = tmp_path / "run"
+    trajs = hostile_trajectories(tokenizer)  # two groups of four
+    write_trajectories(iteration_path(run, 1), trajs, tokenizer, 1)
+    for limit, shown in ((None, 8), (5, 4), (2, 4), (8, 8)):
+        assert _cli("report", str(run), *(["--max-episodes", str(limit)] if limit else [])) == 0
+        (only,) = _payload((run / "report.html").read_text())["sets"]
+        assert len(only["episodes"]) == shown
+        assert only["label"].endswith(f"first {shown} of 8") == (shown < 8)
 
 
 def test_report_cli_errors(tmp_path, capsys):

@@ -14,7 +14,7 @@ def cmd_report(args: argparse.Namespace) -> int:
     from tripod.report.html import build_report
 
     try:
-        path = build_report(args.run_dir, args.out)
+        path = build_report(args.run_dir, args.out, args.max_episodes)
     except FileNotFoundError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -34,11 +34,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 
 def add_report_parser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
-    """`tripod report RUN_DIR [--out FILE]`: one self-contained HTML report."""
+    """`tripod report RUN_DIR [--out FILE] [--max-episodes N]`: one self-contained HTML report."""
     p = subparsers.add_parser(
         "report", help="write a self-contained HTML report of a run (or study) directory")
     p.add_argument("run_dir", help="a run directory, or a directory of run directories")
     p.add_argument("--out", help="output file (default: RUN_DIR/report.html)")
+    p.add_argument("--max-episodes", type=int, default=None,
+                   help="show at most N episodes per iteration (whole groups; default: all)")
     p.set_defaults(fn=cmd_report)
     return p
 

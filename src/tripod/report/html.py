@@ -32,6 +32,7 @@ import yaml
 from tripod.report.assets import CSS, JS
 from tripod.report.records import (
     OUTCOMES,
+    EpisodeRecord,
     episode_records_json,
     read_trajectories,
     trajectory_files,
@@ -342,9 +343,24 @@ def _json_for_script(data: Any) -> str:
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
-def trajectory_payload(run_dir: Path, warnings: list[str]) -> dict[str, Any]:
+def _first_groups(episodes: list[EpisodeRecord], limit: int | None) -> list[EpisodeRecord]:
+    """Whole groups, in group order, while they fit in `limit` episodes (at least one)."""
+    if limit is None or len(episodes) <= limit:
+        return episodes
+    kept: list[int] = []
+    for group in sorted({e.group_id for e in episodes}):
+        size = sum(e.group_id == group for e in episodes)
+        if kept and sum(e.group_id in kept for e in episodes) + size > limit:
+            break
+        kept.append(group)
+    return [e for e in episodes if e.group_id in kept]
+
+
+def trajectory_payload(run_dir: Path, warnings: list[str],
+                       max_episodes: int | None = None) -> dict[str, Any]:
     """The viewer's data: one set per (file, source, iteration), latest training set first
-    selected. An unreadable file is reported on the page and left out."""
+    selected. An unreadable file is reported on the page and left out. `max_episodes`
+    caps each set (whole groups) to bound the page size of runs that recorded everything."""
     sets: list[dict[str, Any]] = []
     for path in trajectory_files(run_dir):
         try:
@@ -354,8 +370,10 @@ def trajectory_payload(run_dir: Path, warnings: list[str]) -> dict[str, Any]:
             continue
         keys = sorted({(e.source, e.iteration) for e in episodes}, key=lambda k: (k[1], k[0]))
         for source, iteration in keys:
-            chosen = [e for e in episodes if (e.source, e.iteration) == (source, iteration)]
-            sets.append({"label": f"{source} \u00b7 iteration {iteration}",
+            every = [e for e in episodes if (e.source, e.iteration) == (source, iteration)]
+            chosen = _first_groups(every, max_episodes)
+            cut = f", first {len(chosen)} of {len(every)}" if len(chosen) < len(every) else ""
+            sets.append({"label": f"{source} \u00b7 iteration {iteration}{cut}",
                          "file": str(path.relative_to(run_dir)), "source": source,
                          "episodes": episode_records_json(chosen)})
     train = [i for i, s in enumerate(sets) if s["source"] == "train"]
@@ -388,9 +406,9 @@ def _warnings(warnings: list[str]) -> str:
     return _section("warnings", "Warnings", f"<ul>{items}</ul>")
 
 
-def run_page(run_dir: Path) -> str:
+def run_page(run_dir: Path, max_episodes: int | None = None) -> str:
     run = load_run(run_dir)
-    payload = trajectory_payload(run_dir, run.warnings)
+    payload = trajectory_payload(run_dir, run.warnings, max_episodes)
     rows = eval_rows(run.results)
     evals = (_eval_table(rows) + svg_interval_chart(rows)) if rows else \
         '<p class="note">no evaluations (results.json)</p>'
@@ -466,13 +484,15 @@ def study_page(study_dir: Path) -> str:
                  nav, sections, None)
 
 
-def build_report(path: str | Path, out: str | Path | None = None) -> Path:
+def build_report(path: str | Path, out: str | Path | None = None,
+                 max_episodes: int | None = None) -> Path:
     """Write the report of a run (or study) directory; returns the file written
-    (default: `report.html` inside the directory)."""
+    (default: `report.html` inside the directory). `max_episodes` caps the episodes shown
+    per iteration (whole groups are kept)."""
     path = Path(path)
     if not path.is_dir():
         raise FileNotFoundError(f"not a directory: {path}")
-    page = run_page(path) if is_run_dir(path) else study_page(path)
+    page = run_page(path, max_episodes) if is_run_dir(path) else study_page(path)
     target = Path(out) if out else path / "report.html"
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_bytes(page.encode("ascii", "xmlcharrefreplace"))
