@@ -181,3 +181,49 @@ def test_render_episode_marks_masked_tokens(tmp_path, tokenizer, with_tokens):
     with console.capture() as cap:
         console.print(render_episode(episode, 1, 8, with_tokens))
     assert "\x1b[2;9" in cap.get()  # dim + strike-through on masked tokens
+
+
+def test_inspect_in_a_terminal_reads_single_keys(tiny_run):
+    """`tripod inspect` on a real (pseudo-)terminal: keys without Enter, n / p / q."""
+    import os
+    import pty
+    import select
+    import sys
+    import time
+
+    path = iteration_path(tiny_run.run_dir, 1)
+    code = ("import argparse, sys; from tripod.report.commands import add_inspect_parser; "
+            "p = argparse.ArgumentParser(); add_inspect_parser(p.add_subparsers()); "
+            "a = p.parse_args(['inspect', sys.argv[1]]); sys.exit(a.fn(a))")
+    pid, fd = pty.fork()
+    if pid == 0:  # the child: the command, on the pty
+        os.execv(sys.executable, [sys.executable, "-c", code, str(path)])
+    seen = b""
+
+    def wait_for(pattern: bytes, timeout: float = 60.0) -> bool:
+        nonlocal seen
+        end = time.monotonic() + timeout
+        while pattern not in seen and time.monotonic() < end:
+            if select.select([fd], [], [], 0.2)[0]:
+                try:
+                    seen += os.read(fd, 65536)
+                except OSError:  # the child closed the terminal
+                    break
+        found = pattern in seen
+        seen = seen.split(pattern)[-1]
+        return found
+
+    for shown, key in ((b"episode 0 of 4", b"n"), (b"episode 1 of 4", b"n"),
+                       (b"episode 2 of 4", b"p"), (b"episode 1 of 4", b"q")):
+        assert wait_for(shown), f"{shown!r} not shown; the terminal got {seen[-500:]!r}"
+        os.write(fd, key)
+    deadline = time.monotonic() + 30
+    done, status = 0, 0
+    while not done and time.monotonic() < deadline:
+        wait_for(b"\x00never", timeout=0.5)  # keep draining the terminal
+        done, status = os.waitpid(pid, os.WNOHANG)
+    if not done:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert done, "q did not quit"
+    assert os.waitstatus_to_exitcode(status) == 0

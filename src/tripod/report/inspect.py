@@ -16,10 +16,11 @@ escapes, so a hostile trajectory cannot drive the terminal.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 import unicodedata
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from rich.console import Console, Group, RenderableType
 from rich.panel import Panel
@@ -132,24 +133,38 @@ def render_episode(ep: EpisodeRecord, index: int, total: int,
     return Group(*parts)
 
 
+@contextlib.contextmanager
+def single_keys() -> Iterator[None]:
+    """Key presses without Enter (cbreak mode) for the whole session, restored on exit.
+
+    Switching per key would drop or delay keys typed while the episode is drawn."""
+    try:
+        import termios
+        import tty
+    except ImportError:  # not a POSIX terminal: keys come as lines
+        yield
+        return
+    if not sys.stdin.isatty():
+        yield
+        return
+    fd = sys.stdin.fileno()
+    old = termios.tcgetattr(fd)
+    tty.setcbreak(fd, termios.TCSANOW)
+    try:
+        yield
+    finally:
+        termios.tcsetattr(fd, termios.TCSADRAIN, old)
+
+
 def read_key() -> str:
-    """One key press on a terminal (no Enter needed); a line's first letter otherwise."""
-    if sys.stdin.isatty():
-        try:
-            import termios
-            import tty
-        except ImportError:  # not a POSIX terminal: fall back to lines
-            pass
-        else:
-            fd = sys.stdin.fileno()
-            old = termios.tcgetattr(fd)
-            try:
-                tty.setcbreak(fd)
-                return sys.stdin.read(1)
-            finally:
-                termios.tcsetattr(fd, termios.TCSADRAIN, old)
-    line = sys.stdin.readline()
-    return line[:1] if line else "q"
+    """The next key (a key press under `single_keys`, else the next letter typed before
+    Enter); end of input reads as q."""
+    while True:
+        key = sys.stdin.read(1)
+        if key == "":
+            return "q"
+        if key not in "\r\n":
+            return key
 
 
 def browse(episodes: list[EpisodeRecord], console: Console, start: int = 0,
@@ -183,7 +198,8 @@ def inspect_file(path: str, episode: int | None = None, with_tokens: bool = Fals
     if interactive is None:
         interactive = episode is None and console.is_terminal and sys.stdin.isatty()
     if interactive:
-        browse(episodes, console, start=episode or 0, with_tokens=with_tokens)
+        with single_keys():
+            browse(episodes, console, start=episode or 0, with_tokens=with_tokens)
         return 0
     chosen = range(len(episodes)) if episode is None else [episode]
     for i in chosen:
