@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tripod.cli import main
 
 
@@ -32,10 +34,10 @@ def test_rollout_writes_token_exact_jsonl(tmp_path, capsys):
                  "--max-new-tokens", "3", "--max-turns", "2", "--out", str(out), "--json"]) == 0
     summary = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert summary["episodes"] == 2
-    from tripod.core.types import Trajectory
+    from tripod.report.records import read_trajectories
 
-    trajs = [Trajectory.from_json(json.loads(line)) for line in out.read_text().splitlines()]
-    assert len(trajs) == 2 and all(t.turns[0].action_ids for t in trajs)
+    records = read_trajectories(out)
+    assert len(records) == 2 and all(r.turns[0].tokens.ids for r in records)
     # The same episodes played in-process: ids and logprobs survive the file exactly.
     from tripod.policy import load_policy
     from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
@@ -45,8 +47,11 @@ def test_rollout_writes_token_exact_jsonl(tmp_path, capsys):
     fresh, _ = engine.collect(make_jobs("toy/letters-2", "test", [0, 1], 1, 0),
                               SamplingParams(temperature=0.7, max_new_tokens=3))
     engine.close()
-    assert trajs == fresh
-    assert [t.turns[0].logprobs for t in trajs] == [t.turns[0].logprobs for t in fresh]
+    for record, traj in zip(records, fresh, strict=True):
+        for rt, turn in zip(record.turns, traj.turns, strict=True):
+            assert rt.tokens.ids == turn.action_ids and rt.action == turn.action_text
+            # the file keeps 4 decimals of each logprob
+            assert rt.tokens.logprobs == pytest.approx(turn.logprobs, abs=6e-5)
 
 
 def test_eval_reports_interval(capsys):

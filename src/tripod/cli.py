@@ -1,4 +1,5 @@
-"""`tripod` command line: envs, play, rollout, quickstart, sft, train, sweep, eval."""
+"""`tripod` command line: envs, play, rollout, quickstart, sft, train, sweep, eval, report,
+inspect."""
 
 from __future__ import annotations
 
@@ -58,9 +59,9 @@ def cmd_rollout(args: argparse.Namespace) -> int:
     trajs, stats = engine.collect(jobs, SamplingParams(args.temperature, 1.0, args.max_new_tokens))
     engine.close()
     if args.out:
-        with open(args.out, "w") as f:
-            for t in trajs:
-                f.write(json.dumps(t.to_json()) + "\n")
+        from tripod.report.records import write_trajectories
+
+        write_trajectories(args.out, trajs, policy.tokenizer, 0, source="rollout")
     res = summarise(trajs, args.env, args.split, stats.seconds)
     out = {"episodes": res.episodes, "won": res.won, "success_rate": res.success_rate,
            "env_steps": stats.env_steps, "generated_tokens": stats.generated_tokens,
@@ -181,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--max-turns", type=int, default=12)
     ro.add_argument("--batch-size", type=int, default=16)
     ro.add_argument("--history-window", type=int, default=None)
-    ro.add_argument("--out", help="write trajectories (with token ids) to this JSONL file")
+    ro.add_argument("--out", help="write the episodes, token by token, to this trajectory "
+                    "file (.jsonl or .jsonl.gz; see docs/report.md)")
     ro.add_argument("--json", action="store_true")
     ro.set_defaults(fn=cmd_rollout)
 
@@ -218,6 +220,11 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(fn=cmd_eval)
+
+    from tripod.report.commands import add_inspect_parser, add_report_parser
+
+    add_report_parser(sub)
+    add_inspect_parser(sub)
     return p
 
 

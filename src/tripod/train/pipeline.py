@@ -18,6 +18,8 @@ from tripod.core.config import ConfigError, TrainConfig
 from tripod.envs.registry import check_options, family_of
 from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
+from tripod.report.html import build_report
+from tripod.report.records import TRAJECTORY_DIR, eval_path, write_trajectories
 from tripod.train.common import prepare_run_dir, rollout_config, sampling_params, seed_everything
 from tripod.train.rl import train_rl
 from tripod.train.sft import collect_demonstrations, demo_rows, train_sft
@@ -71,8 +73,10 @@ def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict) ->
     for env_id in eval_env_ids(cfg):
         rcfg = rollout_config(cfg, max_turns=cfg.eval.max_turns)
         rcfg.env_options = eval_options(cfg, env_id)
-        res, _ = evaluate(policy, env_id, cfg.eval.split, cfg.eval.games,
-                          sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed)
+        res, trajs = evaluate(policy, env_id, cfg.eval.split, cfg.eval.games,
+                              sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed)
+        write_trajectories(eval_path(cfg.run_dir, stage, env_id), trajs, policy.tokenizer,
+                           0, source=f"eval/{stage}")
         console.print(f"[bold]{stage}[/bold]: {res.summary()} ({res.seconds:.0f}s)")
         results.setdefault("eval", {}).setdefault(stage, {})[env_id] = res.to_json()
 
@@ -112,6 +116,9 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
     results["seconds"] = time.perf_counter() - start
     (run_dir / "results.json").write_text(json.dumps(results, indent=2))
     print_table(results)
+    report = build_report(run_dir)
+    print(f"report: {report}  (open it in a browser; `tripod inspect` reads "
+          f"{run_dir / TRAJECTORY_DIR} in a terminal)")
     return results
 
 
