@@ -227,6 +227,9 @@ class TrainSection(_Section):
     """Save a resumable checkpoint every k iterations (0: only at the end)."""
     tensorboard: bool = True
     """Also write TensorBoard event files next to metrics.jsonl."""
+    trajectory_groups: int = Field(2, ge=-1)
+    """Groups of each iteration's episodes saved token by token under
+    `RUN_DIR/trajectories/` for `tripod report` / `tripod inspect` (-1: all, 0: none)."""
 
 
 class TrainConfig(_Section):
