@@ -122,6 +122,6 @@ def expert_action(ws: Workspace, state: ExpertState) -> str:
         except UnsafePathError:  # a link or FIFO where the file was: write it anew
             current = None
         target = state.targets[path]
-        if current != target and not (current is None and target == ""):
+        if (current or "") != (target or ""):  # the tools cannot delete: empty is gone
             return _fix_file(path, current, target, state)
     return "submit" if state.tests_current else "run_tests"

@@ -105,6 +105,8 @@ def read_bytes(root: Path, rel: str, max_bytes: int = MAX_FILE_BYTES) -> bytes |
     mode = _entry_mode(root, rel)
     if mode is None or stat.S_ISDIR(mode):
         return None
+    if stat.S_ISLNK(mode):
+        raise UnsafePathError(f"{rel!r} is a symbolic link (not followed)")
     if not stat.S_ISREG(mode):
         raise UnsafePathError(f"{rel!r} is not a regular file")
     dir_fd = _open_dir(root, parts[:-1])
