@@ -121,6 +121,7 @@ def test_report_matches_this_machine() -> None:
     report = sandbox_report()
     if namespaces_available():
         assert report.network_isolated and report.writes_confined and report.pid_namespace
+        assert report.reads_confined and report.init_unreadable
 
 
 # --- the same attacks through an episode: edit the library, run the tests ----------------

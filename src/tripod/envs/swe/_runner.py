@@ -1,10 +1,10 @@
 """Trusted pytest runner of the verified reward (runs inside the sandbox, in a fresh copy).
 
-Executed as ``python -I -c <this file's text> SPEC_JSON`` by `tripod.envs.swe.verify`; only the
-standard library and pytest are used, and nothing is imported from the workspace before the
-guards below are in place. ``-I`` keeps PYTHON* variables, the user site and the current
-folder out of ``sys.path``; pytest's plugin autoload is off, so only pytest's own plugins and
-the pristine project's conftest files load.
+Executed as ``python -s -B -c <this file's text> SPEC_JSON`` by `tripod.envs.swe.verify`,
+with an environment the trainer builds alone (no user site, no bytecode written, a fixed hash
+seed); only the standard library and pytest are used, and nothing is imported from the copy
+before the guards below are in place. pytest's plugin autoload is off, so only pytest's own
+plugins and the pristine project's conftest files load.
 
 The code under test runs in this process, so nothing here is out of its reach in principle;
 what this runner does is make tampering visible (docs/swe.md, threat model):
@@ -32,28 +32,26 @@ def _stdlib_dirs():
     return tuple({sysconfig.get_paths()[k] for k in ("stdlib", "platstdlib")})
 
 
-def _make_guard(report_fd, nonce, watched, write):
-    """The audit hook, and the list of what it flagged."""
-    stdlib = _stdlib_dirs()
-    flagged = []
-    state = {"busy": False}
+def _rules(root):
+    """(violation, suspicious): which audit events are blocked attempts the sandbox stops
+    anyway, and which reach the runner's objects. Closures, not module globals, so that
+    code under test cannot swap them through ``__main__``."""
     frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
     always = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
               "sys.settrace", "sys.setprofile", "sys.addaudithook", "ctypes.dlopen",
               "ctypes.dlsym", "ctypes.addressof", "ctypes.cdata", "exec", "compile"}
-    getframe = sys._getframe
+    abspath, write_flags = os.path.abspath, os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
-    def culprit(depth_limit=40):
-        frame = getframe(2)
-        nearest = None
-        immediate = frame.f_code.co_filename if frame is not None else ""
-        while frame is not None and depth_limit:
-            name = frame.f_code.co_filename
-            if not name.startswith(stdlib) and not name.startswith("<frozen"):
-                nearest = name
-                break
-            frame, depth_limit = frame.f_back, depth_limit - 1
-        return immediate, nearest
+    def violation(event, args):
+        if event in ("socket.connect", "socket.getaddrinfo", "socket.sendto"):
+            return "network"
+        if event != "open" or len(args) < 3 or not isinstance(args[0], str):
+            return None
+        mode, flags = args[1], args[2] if isinstance(args[2], int) else 0
+        writes = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+            flags & write_flags)
+        inside = abspath(args[0]).startswith((root + "/", "/dev/"))
+        return "write_outside" if writes and not inside else None
 
     def suspicious(event, args):
         if event in always:
@@ -66,19 +64,50 @@ def _make_guard(report_fd, nonce, watched, write):
         return event in ("sys._getframe", "import") and (
             event != "import" or str(args[0]).split(".")[0] in ("ctypes", "_ctypes", "gc"))
 
+    return violation, suspicious
+
+
+def _make_guard(report_fd, nonce, watched, write, root):
+    """The audit hook, and the list of what it flagged. It also reports network and
+    outside-write attempts (blocked by the sandbox) as VIOLATION lines, so they are seen
+    even when the code swallows the error."""
+    stdlib = _stdlib_dirs()
+    flagged = []
+    busy = []
+    violation, suspicious = _rules(root)
+    getframe = sys._getframe
+
+    def culprit():
+        """(the immediate Python caller's file, the nearest caller outside the stdlib)."""
+        frame = getframe(2)
+        immediate = frame.f_code.co_filename if frame is not None else ""
+        for _ in range(40):
+            if frame is None:
+                break
+            name = frame.f_code.co_filename
+            if not name.startswith(stdlib) and not name.startswith("<frozen"):
+                return immediate, name
+            frame = frame.f_back
+        return immediate, None
+
     def hook(event, args):
-        if state["busy"] or not suspicious(event, args):
+        if busy:
             return
-        state["busy"] = True
+        blocked = violation(event, args)
+        if blocked:  # the sandbox stops it anyway; say so whether or not it is caught
+            write(report_fd, f"{nonce} VIOLATION {blocked}\n".encode())
+        if not suspicious(event, args):
+            return
+        busy.append(1)
         try:
             immediate, nearest = culprit()
         finally:
-            state["busy"] = False
+            busy.clear()
         if event in ("exec", "compile", "sys._getframe"):
             # Only direct calls: the standard library calls these for library code too
             # (namedtuple, dataclasses, typing), but not to walk frames on its behalf,
             # except through inspect and traceback.
-            hit = immediate in watched or (nearest in watched and event == "sys._getframe"
+            hit = immediate in watched or (event == "sys._getframe" and nearest in watched
                                            and immediate.endswith(("inspect.py",
                                                                    "traceback.py")))
         else:
@@ -94,7 +123,8 @@ def _make_guard(report_fd, nonce, watched, write):
 _WATCHED_MODULES = ("pytest", "_pytest.runner", "_pytest.reports", "_pytest.python",
                     "_pytest.main", "_pytest.skipping", "_pytest.outcomes", "_pytest.unittest",
                     "_pytest.nodes", "_pytest.fixtures", "_pytest.assertion.rewrite",
-                    "pluggy._callers", "pluggy._hooks", "pluggy._manager", "builtins")
+                    "pluggy._callers", "pluggy._hooks", "pluggy._manager", "builtins",
+                    "__main__")
 """Where a test's outcome is decided and reported (pytest's own modules also set some
 attributes lazily, e.g. in config and the cache plugin, so those are not fingerprinted)."""
 
@@ -123,6 +153,7 @@ class _Recorder:
     """The in-process pytest plugin: collects outcomes and checks the fingerprint."""
 
     def __init__(self, report, check_every):
+        self.fingerprint = _fingerprint  # held here: __main__'s globals can be swapped
         self.outcomes = {}
         self.report = report
         self.baseline = None
@@ -133,14 +164,14 @@ class _Recorder:
     def check(self):
         if self.baseline is None or self.changed:
             return
-        now = _fingerprint()
+        now = self.fingerprint()
         diff = [k for k, v in self.baseline.items() if now.get(k) != v]
         if diff:
             self.changed = [".".join(map(str, k)) for k in diff[:5]]
             self.report("TAMPER " + " ".join(self.changed))
 
     def pytest_sessionstart(self, session):
-        self.baseline = _fingerprint()
+        self.baseline = self.fingerprint()
 
     def pytest_collectreport(self, report):
         if report.failed:
@@ -188,7 +219,8 @@ def main():
 
     random.seed(0)  # outcomes that depend on `random` are the same in every run
     sys.path[:0] = spec["paths"]
-    hook, flagged = _make_guard(report_fd, nonce, frozenset(spec["watched"]), write)
+    hook, flagged = _make_guard(report_fd, nonce, frozenset(spec["watched"]), write,
+                                os.getcwd())
     sys.addaudithook(hook)
 
     def report(text):

@@ -268,6 +268,9 @@ class SweEnv:
     def _verified_abort(self, verified: VerifiedRun) -> str | None:
         if verified.status != "ok":
             return verified.status
+        if self.config.end_on_violation and verified.violations:
+            verified.reason = ", ".join(verified.violations)
+            return STATUS_VIOLATION
         return self._abort_reason(verified.run)
 
     def _abort(self, ep: _Episode, status: str, verified: VerifiedRun) -> _Outcome:

@@ -67,10 +67,10 @@ _RUNNER_NAMES = frozenset({
     "compile", "ctypes", "_exit", "settrace", "setprofile", "addaudithook", "meta_path",
     "path_hooks", "path_importer_cache", "modules", "atexit", "faulthandler", "inspect",
     "walk_stack", "extract_stack", "_current_frames", "get_objects", "get_referrers",
-    "get_referents", "fdopen", "dup", "dup2", "breakpoint",
+    "get_referents", "fdopen", "dup", "dup2", "breakpoint", "__main__",
 })
 """Names through which code reaches the test runner's objects or the result channel."""
-_RUNNER_STRINGS = ("pytest", "pluggy", "PASSED", "FAILED", "/proc", "/dev/fd", "f_back",
+_RUNNER_STRINGS = ("pytest", "pluggy", "PASSED", "FAILED", "/proc", "/dev/fd", "f_back", "__main__",
                    "f_globals", "tb_frame", "gi_frame", "__globals__", "__code__",
                    "__builtins__", "_getframe", "_exit", "get_objects", "get_referrers")
 
@@ -136,6 +136,8 @@ class VerifiedRun:
     reason: str = ""
     """Why the run is not "ok"."""
     run: RunResult | None = None
+    violations: tuple[str, ...] = ()
+    """Blocked attempts the runner saw ("network", "write_outside"), caught or not."""
 
     def share(self, tests: list[str]) -> float:
         """Share of `tests` passing in this run (0 unless "ok")."""
@@ -154,6 +156,7 @@ def parse_report(run: RunResult, nonce: str) -> VerifiedRun:
     text = run.channel.decode("utf-8", errors="replace")
     results: dict[str, str] = {}
     end: list[str] | None = None
+    violations: set[str] = set()
     for line in text.splitlines():
         head, _, rest = line.partition(" ")
         if head != nonce or end is not None:
@@ -165,9 +168,13 @@ def parse_report(run: RunResult, nonce: str) -> VerifiedRun:
         if kind == "R":
             status, _, test_id = rest.partition(" ")
             results[test_id] = status
+        elif kind == "VIOLATION":
+            violations.add(rest.strip())
         elif kind == "END":
             end = rest.split()
-    return _check_trailer(run, results, end)
+    verified = _check_trailer(run, results, end)
+    verified.violations = tuple(sorted(violations))
+    return verified
 
 
 def _check_trailer(run: RunResult, results: dict[str, str],
@@ -255,7 +262,9 @@ class Verifier:
                 "tests": self.task.test_files(), "report_fd": report_w, "nonce_fd": nonce_r,
                 "watched": [str(copy / rel) for rel in changed],
                 "args": [*_PYTEST_ARGS, *self.task.test_files()]}
-        argv = [self.python, "-I", "-c", _RUNNER.read_text(), json.dumps(spec)]
+        # Not -I: that would also drop PYTHONHASHSEED, and outcomes that depend on set
+        # order must be the same as when the task was made. The environment is ours alone.
+        argv = [self.python, "-s", "-B", "-c", _RUNNER.read_text(), json.dumps(spec)]
         try:
             run = run_sandboxed(argv, copy, env=_runner_env(copy, self.task), limits=limits,
                                 pass_fds=(report_w, nonce_r), drain=report_r)
@@ -273,7 +282,8 @@ def _text(data: bytes | None) -> str | None:
 def _runner_env(copy: Path, task: SweTask) -> dict[str, str]:
     env = {"PATH": "/usr/bin:/bin", "HOME": str(copy / ".tripod" / "home"),
            "TMPDIR": str(copy / ".tripod" / "tmp"), "LANG": "C.UTF-8", "NO_COLOR": "1",
-           "PYTHONHASHSEED": "0", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
+           "PYTHONHASHSEED": "0", "PYTHONDONTWRITEBYTECODE": "1",
+           "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
     env.update({k: v for k, v in task.workspace.env.items()
                 if not k.startswith(("PYTHON", "PYTEST"))})
     return env
