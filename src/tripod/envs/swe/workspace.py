@@ -181,7 +181,10 @@ class LocalWorkspace:
     def score(self, limits: SandboxLimits) -> VerifiedRun:
         if self.verifier is None:
             raise EnvError("this workspace was created without a scoring base")
-        return self.verifier.score(self.root, limits)
+        try:
+            return self.verifier.score(self.root, limits)
+        except OSError as exc:  # the trainer's own files (base, fresh copy): an env failure
+            raise EnvError(f"cannot score {self.task.instance_id}: {exc}") from exc
 
     def _env(self) -> dict[str, str]:
         private = self.root / PRIVATE_DIR
