@@ -219,3 +219,17 @@ def test_expert_edits_round_trip_through_the_parser(current: str, target: str) -
             break
         files.text = edited_text(files.text, parse_tool_call(action))
     assert files.text == target
+
+
+def test_factories_name_every_option() -> None:
+    """The registry can check option names before a run: no **kwargs, and the removed
+    reward options are errors."""
+    import inspect
+
+    from tripod.envs.swe import make_from_file, make_generated
+
+    for factory in (make_generated, make_from_file):
+        kinds = {p.kind for p in inspect.signature(factory).parameters.values()}
+        assert inspect.Parameter.VAR_KEYWORD not in kinds
+    with pytest.raises(TypeError, match="dense"):
+        make_from_file("swe/file:/nonexistent.jsonl", dense=True)
