@@ -377,10 +377,15 @@ def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
     `pass_fds` are handed to the command (and closed here); `drain` is the read end of a
     pipe whose other end the command holds: it is read concurrently with the output and
     returned in `RunResult.channel` (the trusted test runner reports through it)."""
-    workspace = workspace.resolve()
-    isolated = namespaces_available()
-    cgroups = _make_cgroups(limits)
-    root = Path(tempfile.mkdtemp(prefix="tripod-root-")) if isolated else None
+    try:
+        workspace = workspace.resolve()
+        isolated = namespaces_available()
+        cgroups = _make_cgroups(limits)
+        root = Path(tempfile.mkdtemp(prefix="tripod-root-")) if isolated else None
+    except BaseException:
+        for fd in pass_fds:  # ours to close, as run_capped would have
+            os.close(fd)
+        raise
     status_r, status_w = os.pipe()
     try:
         spec = _jail_spec(argv, workspace, cwd or workspace, env or {}, limits, cgroups,
