@@ -121,6 +121,7 @@ SUITE_IDS_SHA256 = "a852d502cefb140de1911481fb79309720cbd93407835ecd06f8689a10b7
 
 @pytest.mark.slow
 @pytest.mark.heavy  # generates the whole 54-task suite (10+ min cold): not in `make test`
+@pytest.mark.timeout(5400)  # generation alone took 25 minutes on 2 loaded cores
 def test_default_suite_is_what_the_docs_say_and_the_expert_solves_it() -> None:
     """Checks every figure docs/swe.md gives for the default suite. Run it on a fresh
     cache to check that generation reproduces the same ids:
