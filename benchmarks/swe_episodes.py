@@ -2,14 +2,17 @@
 
     python benchmarks/swe_episodes.py [--workers 1 2 4] [--episodes 16]
 
-Each expert episode views, edits, runs the tests (one sandboxed suite run) and submits (a
-second, scoring run), in its own workspace copy; episodes run in a thread pool, their test
-runs in separate sandboxed processes.
+Each expert episode views, edits, runs the task's tests (a scored run: a fresh copy of the
+base with the agent's source changes, pytest through the trusted runner, in the sandbox)
+and submits (which reuses that run when no source file changed since), in its own
+workspace; episodes run in a thread pool, their test runs in separate sandboxed processes.
+The load average is printed with each line: the machine may be shared.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 
@@ -19,7 +22,7 @@ from tripod.envs.swe.task import SweTask
 
 
 def expert_episode(task: SweTask) -> tuple[bool, int]:
-    """(won, number of test runs) of one expert episode."""
+    """(won, number of run_tests calls) of one expert episode."""
     env = SweEnv("swe/bench", task.split or "train", [task])
     try:
         _, info = env.reset(0)
@@ -27,7 +30,7 @@ def expert_episode(task: SweTask) -> tuple[bool, int]:
         while True:
             step = env.step(info.expert_action)
             info = step.info
-            runs += info.extra["tool"] in ("run_tests", "submit")
+            runs += info.extra["tool"] == "run_tests"
             if step.terminated or step.truncated:
                 return info.won, runs
     finally:
@@ -49,9 +52,11 @@ def main() -> None:
         elapsed = time.monotonic() - start
         won = sum(w for w, _ in results)
         runs = sum(r for _, r in results)
+        load = " ".join(f"{x:.1f}" for x in os.getloadavg())
         print(f"workers={workers}: {len(results)} episodes in {elapsed:6.1f}s = "
               f"{60 * len(results) / elapsed:5.1f} episodes/min, "
-              f"{60 * runs / elapsed:5.1f} test runs/min, solved {won}/{len(results)}")
+              f"{60 * runs / elapsed:5.1f} run_tests/min, solved {won}/{len(results)}; "
+              f"load average {load}", flush=True)
 
 
 if __name__ == "__main__":

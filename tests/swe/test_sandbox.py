@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
@@ -65,7 +64,6 @@ def test_fork_bomb_is_contained(tmp_path: Path) -> None:
     result = _run(bomb, tmp_path, SandboxLimits(wall_s=3, processes=32))
     assert result.status == "timeout"
     time.sleep(0.5)
-    assert os.getpid() > 0  # still here; and no stray bombs left behind:
     stray = [p for p in Path("/proc").iterdir() if p.name.isdigit()
              and b"os.fork()" in _cmdline(p)]
     assert stray == []
@@ -123,6 +121,7 @@ def test_report_matches_this_machine() -> None:
     report = sandbox_report()
     if namespaces_available():
         assert report.network_isolated and report.writes_confined and report.pid_namespace
+        assert report.reads_confined and report.init_unreadable
 
 
 # --- the same attacks through an episode: edit the library, run the tests ----------------
@@ -140,15 +139,21 @@ ATTACKS = {
 }
 
 
+def _limits_for(expected: str) -> SandboxLimits:
+    """Only the limit under test is tight; every other one is far away, so the outcome does
+    not depend on how loaded the machine is (issue 13: with a tight CPU limit, a busy
+    machine once turned an output flood into `cpu_limit`)."""
+    loose = {"wall_s": 60, "cpu_s": 60, "processes": 64, "output_bytes": 50_000_000}
+    tight = {"timeout": {"wall_s": 5}, "cpu_limit": {"cpu_s": 3},
+             "output_limit": {"output_bytes": 500_000}}
+    return SandboxLimits(**{**loose, **tight.get(expected, {})})
+
+
 @needs_namespaces
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
 def test_episode_ends_with_clear_status(attack: str, calc_task: SweTask) -> None:
     code, expected = ATTACKS[attack]
-    # The wall clock is generous except where it is the limit under test (a loaded CI
-    # machine must not turn a violation into a time-out).
-    wall = 5 if expected == "timeout" else 30
-    env = SweEnv("swe/test", "train", [calc_task], SweEnvConfig(
-        limits=SandboxLimits(wall_s=wall, cpu_s=3, processes=64, output_bytes=500_000)))
+    env = SweEnv("swe/test", "train", [calc_task], SweEnvConfig(limits=_limits_for(expected)))
     try:
         env.reset(0)
         edit = ("edit calc/__init__.py\n<<<<<<< SEARCH\n\"\"\"A tiny calculator library.\"\"\"\n"
@@ -156,10 +161,9 @@ def test_episode_ends_with_clear_status(attack: str, calc_task: SweTask) -> None
         assert not env.step(edit).info.invalid_action
         step = env.step("run_tests")
         assert step.terminated and step.info.lost and not step.info.won
-        status = step.info.extra["status"]
-        assert status in (expected if isinstance(expected, tuple) else (expected,)), status
+        assert step.info.extra["status"] == expected
         assert "Episode ended" in step.observation
-        assert step.reward == 0.0
+        assert step.info.progress == 0.0
     finally:
         env.close()
     assert not Path("/etc/tripod-pwned").exists()

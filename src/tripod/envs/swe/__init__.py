@@ -6,12 +6,11 @@ Env ids:
 - ``swe/file:PATH``: tasks from a JSONL / JSON / parquet file of SWE-Gym-format instances.
 
 Options (``make(env_id, split, **overrides)``) are the fields of `SweEnvConfig`, plus
-``seed`` for the generated suite. See docs/swe.md for the tool syntax and an example episode.
+``seed`` for the generated suite; each is an explicit keyword of the factories, so a wrong
+option name fails before any work starts. See docs/swe.md for the tool syntax and an example episode.
 """
 
 from __future__ import annotations
-
-from typing import Any
 
 from tripod.envs.base import whole_reply_action
 from tripod.envs.registry import register
@@ -24,20 +23,38 @@ from tripod.envs.swe.tools import TOOL_HELP, parse_tool_call
 TIERS = ("easy", "medium", "hard")
 
 
-def make_generated(env_id: str, split: str = "train", seed: int = 0,
-                   **overrides: Any) -> SweEnv:
-    """``swe/generated[-TIER]``: the cached default suite, optionally one tier of it."""
+def _config(max_tool_calls: int, max_observation_chars: int, end_on_violation: bool,
+            workspace_dir: str, limits: SandboxLimits | dict | None) -> SweEnvConfig:
+    return SweEnvConfig(max_tool_calls=max_tool_calls,
+                        max_observation_chars=max_observation_chars,
+                        end_on_violation=end_on_violation, workspace_dir=workspace_dir,
+                        limits=SandboxLimits() if limits is None else limits)
+
+
+def make_generated(env_id: str, split: str = "train", *, seed: int = 0,
+                   max_tool_calls: int = 40, max_observation_chars: int = 6000,
+                   end_on_violation: bool = True, workspace_dir: str = "",
+                   limits: SandboxLimits | dict | None = None) -> SweEnv:
+    """``swe/generated[-TIER]``: the cached default suite (generator seed `seed`),
+    optionally one tier of it. The other options are the fields of `SweEnvConfig`."""
+    config = _config(max_tool_calls, max_observation_chars, end_on_violation, workspace_dir,
+                     limits)
     tasks = prepare_suite(seed)
     tier = env_id.removeprefix("swe/generated").lstrip("-")
     if tier:
         tasks = [t for t in tasks if t.difficulty == tier]
-    return SweEnv(env_id, split, tasks, SweEnvConfig(**overrides))
+    return SweEnv(env_id, split, tasks, config)
 
 
-def make_from_file(env_id: str, split: str = "train", **overrides: Any) -> SweEnv:
-    """``swe/file:PATH``: every task of a task file."""
-    return SweEnv(env_id, split, load_tasks(env_id.removeprefix("swe/file:")),
-                  SweEnvConfig(**overrides))
+def make_from_file(env_id: str, split: str = "train", *, max_tool_calls: int = 40,
+                   max_observation_chars: int = 6000, end_on_violation: bool = True,
+                   workspace_dir: str = "",
+                   limits: SandboxLimits | dict | None = None) -> SweEnv:
+    """``swe/file:PATH``: every task of a task file. Options: the fields of
+    `SweEnvConfig`."""
+    config = _config(max_tool_calls, max_observation_chars, end_on_violation, workspace_dir,
+                     limits)
+    return SweEnv(env_id, split, load_tasks(env_id.removeprefix("swe/file:")), config)
 
 
 SWE_INSTRUCTION = (

@@ -5,19 +5,25 @@ This file is executed as a standalone script (``python -I _jail.py SPEC_JSON``) 
 ``unshare``. It uses only the standard library because it runs before anything else is set
 up. In order it:
 
-1. joins the per-run process-count cgroup (so a fork bomb hits ``pids.max``);
-2. makes every mount read-only except the workspace, replaces ``/dev`` with a minimal one
-   (a process running as root could otherwise write raw disks through ``/dev``) and gives
-   ``/dev/shm`` a private tmpfs;
+1. joins the per-run cgroups (``pids.max``: a fork bomb stops there; a CPU quota of one
+   core and a memory cap for the whole run, where those controllers are writable);
+2. builds a new root in a tmpfs holding only what the command needs, read-only (the
+   interpreter, the system libraries), plus the workspace (writable), a minimal ``/dev``
+   and this PID namespace's ``/proc``, and chroots into it: the trainer's files, caches,
+   home folders and other episodes' workspaces are not there to be read;
 3. sets the resource limits (CPU seconds, address space, file size, process count, no cores);
-4. drops every capability and sets ``no_new_privs`` so the command cannot undo 1-3;
+4. drops every capability and sets ``no_new_privs`` so the command cannot undo 1-3, and
+   makes itself non-dumpable (its memory, environment and file descriptors cannot be read
+   through ``/proc/1``);
 5. forks a sentinel that starts the command in its own session, reaps orphans until the
-   sentinel exits, and reports the outcome on a status pipe: ``exit N`` (``128 + signal``
-   when the command was killed by a signal), ``parent_signalled SIG`` when the command
-   killed its parent (the sentinel), or ``setup_error``.
+   sentinel exits, and reports the outcome on a status pipe that only PID 1 holds:
+   ``exit N`` (``128 + signal`` when the command was killed by a signal),
+   ``parent_signalled SIG`` when the command signalled its parent (the sentinel) or PID 1,
+   or ``setup_error``.
 
-Because this process is PID 1 of the namespace, the kernel ignores signals sent to it from
-inside and kills every process of the namespace when it exits, including ones that called
+Because this process is PID 1 of the namespace, the kernel drops signals sent to it from
+inside unless it handles them; it handles SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 only to
+report them as violations. The kernel kills every process of the namespace when it exits, including ones that called
 ``setsid`` or daemonized. Without namespaces (no ``unshare``) the same script still sets
 limits and runs the sentinel, but none of those guarantees hold.
 """
@@ -28,14 +34,15 @@ import ctypes
 import json
 import os
 import resource
+import signal
 import sys
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
-MS_REMOUNT, MS_BIND, MS_REC, MS_PRIVATE = 32, 4096, 16384, 1 << 18
+MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 _ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME,
              2048: MS_NODIRATIME, 4096: MS_RELATIME}
-PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 24, 38
+PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
 _DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -50,21 +57,8 @@ def _mount(source: str | None, target: str, fstype: str | None, flags: int,
         raise OSError(err, f"mount {source} -> {target}: {os.strerror(err)}")
 
 
-def _mount_points() -> list[str]:
-    points = []
-    with open("/proc/self/mountinfo") as fh:
-        for line in fh:
-            raw = line.split()[4]
-            points.append(raw.encode().decode("unicode_escape"))
-    return sorted(set(points), key=len)
-
-
-def _inside(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _remount_readonly(point: str) -> None:
-    kept = 0
+def _remount_readonly(point: str, extra: int = 0) -> None:
+    kept = extra
     flags = os.statvfs(point).f_flag
     for st_flag, ms_flag in _ST_TO_MS.items():
         if flags & st_flag:
@@ -72,44 +66,80 @@ def _remount_readonly(point: str) -> None:
     _mount(None, point, None, MS_REMOUNT | MS_BIND | MS_RDONLY | kept)
 
 
-def _fresh_dev() -> None:
-    """Replace /dev by a tmpfs holding only harmless character devices."""
-    handles = {}
+def _makedirs_for(target: str, is_dir: bool) -> None:
+    os.makedirs(target if is_dir else os.path.dirname(target), exist_ok=True)
+    if not is_dir and not os.path.exists(target):
+        open(target, "w").close()
+
+
+def _bind(host: str, root: str, writable: bool = False) -> None:
+    """Make host path `host` visible at the same path under `root` (read-only unless
+    `writable`); a symlink is recreated as a symlink (its target must be bound too)."""
+    target = root + host
+    if os.path.islink(host):
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        if not os.path.lexists(target):
+            os.symlink(os.readlink(host), target)
+        return
+    if not os.path.exists(host):
+        return
+    _makedirs_for(target, os.path.isdir(host))
+    _mount(host, target, None, MS_BIND | MS_REC)
+    if writable:
+        _mount(None, target, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+    else:
+        _remount_readonly(target, MS_NOSUID | MS_NODEV)
+
+
+def _fresh_dev(root: str) -> None:
+    """A /dev under `root` holding only harmless character devices (a process running as
+    root could otherwise write raw disks through /dev)."""
+    dev = root + "/dev"
+    os.makedirs(dev, exist_ok=True)
+    _mount("tmpfs", dev, "tmpfs", MS_NOSUID | MS_NOEXEC, "size=1m,mode=755")
     for name in _DEV_NODES:
-        try:
-            handles[name] = os.open(f"/dev/{name}", os.O_PATH)
-        except OSError:
-            continue
-    _mount("tmpfs", "/dev", "tmpfs", MS_NOSUID | MS_NOEXEC, "size=1m,mode=755")
-    for name, fd in handles.items():
-        open(f"/dev/{name}", "w").close()
-        _mount(f"/proc/self/fd/{fd}", f"/dev/{name}", None, MS_BIND)
-        os.close(fd)
-    os.mkdir("/dev/shm", 0o1777)
-    _mount("tmpfs", "/dev/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
+        if os.path.exists(f"/dev/{name}"):
+            open(f"{dev}/{name}", "w").close()
+            _mount(f"/dev/{name}", f"{dev}/{name}", None, MS_BIND)
+    os.mkdir(f"{dev}/shm", 0o1777)
+    _mount("tmpfs", f"{dev}/shm", "tmpfs", MS_NOSUID | MS_NODEV, "size=64m,mode=1777")
     for name, target in (("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"),
                          ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")):
-        os.symlink(target, f"/dev/{name}")
-    _mount(None, "/dev", None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=1m,mode=755")
+        os.symlink(target, f"{dev}/{name}")
+    _mount(None, dev, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=1m,mode=755")
 
 
-def confine(workspace: str) -> None:
-    """Everything outside `workspace` becomes read-only for this mount namespace."""
-    _mount(None, "/", None, MS_REC | MS_PRIVATE)
-    _mount(workspace, workspace, None, MS_BIND | MS_REC)
-    _fresh_dev()
-    for point in _mount_points():
-        if _inside(point, workspace) or _inside(point, "/dev") or _inside(point, "/proc"):
-            continue
-        try:
-            _remount_readonly(point)
-        except OSError:
-            if point == "/":
-                raise
-    for point in ("/proc/sys", "/proc/sysrq-trigger", "/proc/irq", "/proc/bus"):
+def _fresh_proc(root: str) -> None:
+    """The /proc of this PID namespace (only the sandbox's own processes), with the
+    kernel's writable knobs made read-only."""
+    proc = root + "/proc"
+    os.makedirs(proc, exist_ok=True)
+    _mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+    for sub in ("sys", "sysrq-trigger", "irq", "bus"):
+        point = f"{proc}/{sub}"
         if os.path.exists(point):
             _mount(point, point, None, MS_BIND | MS_REC)
             _remount_readonly(point)
+
+
+def confine(workspace: str, root: str, readonly: list[str]) -> None:
+    """Build a new root holding only `readonly` (interpreter, libraries) and the
+    workspace, then chroot into it: the rest of the host (home folders, caches, other
+    workspaces, the trainer's files) is not there to be read."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=755")
+    for host in readonly:
+        _bind(host, root)
+    _bind(workspace, root, writable=True)
+    _fresh_dev(root)
+    _fresh_proc(root)
+    for empty in ("/tmp", "/etc"):
+        os.makedirs(root + empty, exist_ok=True)
+    _mount(None, root, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NODEV, "size=4m,mode=755")
+    os.chdir(root)
+    _mount(root, "/", None, MS_MOVE)
+    os.chroot(".")
+    os.chdir("/")
 
 
 def set_limits(limits: dict[str, int]) -> None:
@@ -124,11 +154,9 @@ def set_limits(limits: dict[str, int]) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def drop_privileges() -> None:
+def drop_privileges(last_cap: int) -> None:
     """Empty the capability bounding set and the current sets; forbid regaining them."""
-    with open("/proc/sys/kernel/cap_last_cap") as fh:
-        last = int(fh.read())
-    for cap in range(last + 1):
+    for cap in range(last_cap + 1):
         _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this pid
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words, all zero
@@ -138,10 +166,27 @@ def drop_privileges() -> None:
         raise OSError(ctypes.get_errno(), "prctl(no_new_privs) failed")
 
 
-def join_cgroup(cgroup: str | None) -> None:
-    if cgroup:
-        with open(os.path.join(cgroup, "cgroup.procs"), "w") as fh:
+def join_cgroups(cgroups: list[str]) -> None:
+    for group in cgroups:
+        with open(os.path.join(group, "cgroup.procs"), "w") as fh:
             fh.write("0")
+
+
+_SIGNALLED: list[int] = []
+_WATCHED = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+            signal.SIGUSR2, signal.SIGALRM)
+
+
+def _note_signal(signum: int, _frame: object) -> None:
+    _SIGNALLED.append(signum)
+
+
+def _watch_signals() -> None:
+    """Signals from inside reach PID 1 only if it handles them; Python's default SIGINT
+    handler would turn one into a KeyboardInterrupt that kills the jail. Record them
+    instead, as violations."""
+    for signum in _WATCHED:
+        signal.signal(signum, _note_signal)
 
 
 def _exit_code(status: int) -> int:
@@ -154,10 +199,12 @@ def run_command(argv: list[str], cwd: str, env: dict[str, str], status_fd: int) 
     The command's parent is this sentinel, not PID 1, so a command that signals its parent
     kills the sentinel, which the jail sees and reports (a signal to PID 1 would be
     silently dropped by the kernel and go unnoticed)."""
+    os.close(status_fd)  # only PID 1 reports; nothing below it can write the status
+    for signum in _WATCHED:
+        signal.signal(signum, signal.SIG_DFL)
     pid = os.fork()
     if pid == 0:
         try:
-            os.close(status_fd)
             os.setsid()
             os.chdir(cwd)
             os.execvpe(argv[0], argv, env)
@@ -181,16 +228,24 @@ def reap_until(sentinel: int) -> str:
             return f"exit {_exit_code(status)}"
 
 
+def _setup(spec: dict) -> None:
+    join_cgroups(spec.get("cgroups") or [])
+    with open("/proc/sys/kernel/cap_last_cap") as fh:
+        last_cap = int(fh.read())
+    if spec.get("confine"):
+        confine(spec["workspace"], spec["root"], spec["readonly"])
+    set_limits(spec["limits"])
+    if spec.get("drop_privileges"):
+        drop_privileges(last_cap)
+    _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
 def main() -> None:
     spec = json.loads(sys.argv[1])
     status_fd = int(spec["status_fd"])
+    _watch_signals()
     try:
-        join_cgroup(spec.get("cgroup"))
-        if spec.get("confine"):
-            confine(spec["workspace"])
-        set_limits(spec["limits"])
-        if spec.get("drop_privileges"):
-            drop_privileges()
+        _setup(spec)
     except (OSError, ValueError) as exc:
         os.write(2, f"sandbox setup failed: {exc}\n".encode())
         os.write(status_fd, b"setup_error")
@@ -199,6 +254,8 @@ def main() -> None:
     if sentinel == 0:
         run_command(spec["argv"], spec["cwd"], spec["env"], status_fd)
     outcome = reap_until(sentinel)
+    if _SIGNALLED and outcome.startswith("exit"):
+        outcome = f"parent_signalled {_SIGNALLED[0]}"
     os.write(status_fd, outcome.encode())
     code = int(outcome.split()[1])
     os._exit(code if outcome.startswith("exit") else 128 + code)

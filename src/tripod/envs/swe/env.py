@@ -1,19 +1,24 @@
-"""`SweEnv`: a SWE task as a text episode of tool calls with verified test rewards.
+"""`SweEnv`: a SWE task as a text episode of tool calls, scored by the task's tests.
 
 Mapping to the Env protocol:
 - objective: the problem statement plus the tool reference card; first observation: the
   repository's file list.
-- action: model text holding one tool call (`tools.parse_tool_call`); observation: the tool's
-  output, capped at `max_observation_chars`.
-- reward: `binary` (all FAIL_TO_PASS pass, no PASS_TO_PASS broken) or `ratio` (see
-  `scoring.TargetScore.ratio`), paid at submit; with `dense`, each test run pays the change of
-  the pass ratio and submit pays the rest, so an episode's rewards sum to its final score.
-- progress: the current pass ratio (always measured on the pristine tests).
-- won: binary success when the episode ends; truncated: the tool-call budget ran out (the
-  files are scored then too, as SWE-bench scores whatever patch an agent leaves).
-- info.extra: status ("running", "submitted", "budget_exhausted", or the sandbox status
-  that ended the episode: "timeout", "output_limit", "cpu_limit", "killed",
-  "sandbox_violation", "sandbox_error"), the last test results and the tool used.
+- action: the model's reply holding one tool call (`tools.parse_tool_call`; prose around it
+  is ignored); observation: the tool's output, capped at `max_observation_chars`.
+- progress: the share of the instance's tests (FAIL_TO_PASS + PASS_TO_PASS) passing, as
+  measured by the trusted scorer (`verify.py`: a fresh copy of the base with only the
+  agent's source changes). It starts at the base's share (by definition every FAIL_TO_PASS
+  test fails there and every PASS_TO_PASS test passes), is measured again by every
+  ``run_tests`` without arguments and at the end; the last step's progress is the final
+  verified score. Rewards are the reward pillar's business (`rewards/shaping.py` reads
+  `won`, `lost`, `progress`); `Step.reward` is the change of progress, for information.
+- won: every test passes at submit. lost: submitted with a test failing, or ended by the
+  sandbox or by tampering (progress 0). `terminated` means won or lost.
+- truncated: the tool-call budget ran out; the files are scored (SWE-bench scores whatever
+  patch an agent leaves) and progress set, but the episode is neither won nor lost.
+- info.extra: status ("running", "submitted", "budget_exhausted", "tampering", or the
+  sandbox status that ended the episode: "timeout", "output_limit", "cpu_limit", "killed",
+  "sandbox_violation", "sandbox_error"), the last scored results and the tool used.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from typing import Any
 from tripod.envs.base import EnvError, Step, StepInfo
 from tripod.envs.swe.expert import ExpertState, expert_action
 from tripod.envs.swe.patches import apply_patch_to_texts, patched_paths
+from tripod.envs.swe.safefs import UnsafePathError
 from tripod.envs.swe.sandbox import (
     ABNORMAL_STATUSES,
     STATUS_VIOLATION,
@@ -33,7 +39,7 @@ from tripod.envs.swe.sandbox import (
     SandboxLimits,
     detect_violations,
 )
-from tripod.envs.swe.scoring import TargetScore, parse_pytest_report, score_results, zero_score
+from tripod.envs.swe.scoring import PASSING, parse_pytest_report
 from tripod.envs.swe.task import SweTask
 from tripod.envs.swe.tools import (
     TOOL_HELP,
@@ -46,60 +52,52 @@ from tripod.envs.swe.tools import (
     tool_search,
     tool_view,
 )
+from tripod.envs.swe.verify import VerifiedRun
 from tripod.envs.swe.workspace import Workspace, make_workspace
 
 
 @dataclass
 class SweEnvConfig:
-    """Options of SWE envs (pass as keyword overrides to `make`)."""
+    """Options of SWE envs (pass as keyword overrides to `make`). Rewards are not set
+    here: a recipe's ``reward`` section shapes them from `won`, `lost` and `progress`."""
 
-    reward: str = "ratio"
-    """"ratio" (share of target tests fixed, minus the share of others broken) or "binary"."""
-    dense: bool = True
-    """Pay the change of the pass ratio after every test run (rewards still sum to the
-    final score)."""
-    broken_penalty: float = 1.0
-    """Weight of the share of broken PASS_TO_PASS tests in the ratio reward."""
     max_tool_calls: int = 40
     """Tool-call budget per episode (40 was the best budget in the paper's SWE-Gym study)."""
     max_observation_chars: int = 6000
     """Longer tool outputs keep their head and tail around a cut marker."""
     end_on_violation: bool = True
     """End the episode when a test run shows a blocked network access or outside write."""
-    score_on_truncation: bool = True
-    """Score the files when the budget runs out (otherwise the truncated episode gets 0)."""
     workspace_dir: str = ""
     """Parent folder of episode copies (default: the system temporary folder)."""
     limits: SandboxLimits = field(default_factory=SandboxLimits)
     """Sandbox limits of every test run."""
 
     def __post_init__(self) -> None:
-        if self.reward not in ("ratio", "binary"):
-            raise ValueError(f"reward must be 'ratio' or 'binary', got {self.reward!r}")
         if isinstance(self.limits, dict):
             self.limits = SandboxLimits(**self.limits)
+        if self.max_tool_calls < 1:
+            raise ValueError(f"max_tool_calls must be >= 1, got {self.max_tool_calls}")
 
 
 @dataclass
 class _Episode:
     task: SweTask
     ws: Workspace
-    pristine_tests: dict[str, str | None]
     expert: ExpertState
+    progress: float
     tool_calls: int = 0
-    progress: float = 0.0
     done: bool = False
     status: str = "running"
-    score: TargetScore | None = None
     results: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass
 class _Outcome:
     observation: str
-    reward: float = 0.0
     terminated: bool = False
+    truncated: bool = False
     invalid: bool = False
+    won: bool = False
     lost: bool = False
 
 
@@ -117,11 +115,13 @@ def objective_text(task: SweTask, config: SweEnvConfig, label: str = "/workspace
             f"checked out at {label}.\n\nIssue:\n{task.problem_statement.strip()}\n\n"
             f"Answer each turn with exactly one tool call. Tools:\n{TOOL_HELP}\n\n"
             f"You have {config.max_tool_calls} tool calls. Change the library code, not the "
-            "tests: the original tests are restored before your work is scored.")
+            "tests: only your changes to the package's existing source files are scored, "
+            "with the original tests.")
 
 
 class SweEnv:
-    """Episodes over a fixed list of SWE tasks; `reset(seed)` plays task `seed % len`."""
+    """Episodes over a fixed list of SWE tasks; `reset(game_index)` plays task
+    `game_index % len(tasks of the split)`."""
 
     def __init__(self, env_id: str, split: str, tasks: list[SweTask],
                  config: SweEnvConfig | None = None) -> None:
@@ -135,9 +135,9 @@ class SweEnv:
 
     # --- protocol -----------------------------------------------------------------------
 
-    def reset(self, seed: int) -> tuple[str, StepInfo]:
+    def reset(self, game_index: int) -> tuple[str, StepInfo]:
         self.close()
-        task = self.tasks[seed % len(self.tasks)]
+        task = self.tasks[game_index % len(self.tasks)]
         root = Path(self.config.workspace_dir or tempfile.gettempdir()) / "tripod-swe"
         try:
             ws = make_workspace(task, self.config.limits, root)
@@ -145,37 +145,34 @@ class SweEnv:
             raise EnvError(f"cannot build the workspace of {task.instance_id}: {exc}") from exc
         try:
             self._episode = _start_episode(task, ws)
-        except ValueError as exc:  # a gold or test patch that does not apply
+            listing = tool_list(ws, ToolCall("list"))
+        except (OSError, ValueError) as exc:  # a gold or test patch that does not apply
             ws.close()
             raise EnvError(f"task {task.instance_id} is inconsistent: {exc}") from exc
-        listing = tool_list(ws, ToolCall("list"))
         return f"Repository files:\n{_cap(listing, self.config.max_observation_chars)}", \
-            self._info(invalid=False, tool="")
+            self._info(_Outcome(""), tool="", progress_before=self._episode.progress)
 
     def step(self, action: str) -> Step:
+        """One tool call. Never raises for anything the action or the workspace holds:
+        errors of the tools are invalid actions; a failure of the env itself (a scoring
+        copy that cannot be made) is an `EnvError`."""
         ep = self._episode
         if ep is None:
             raise EnvError("step() called before reset()")
+        before = ep.progress
         if ep.done:
             return Step("The episode is over; call reset().", 0.0, True, False,
-                        self._info(invalid=True, tool=""))
+                        self._info(_Outcome("", invalid=True), "", before))
         ep.tool_calls += 1
-        tool = ""
-        try:
-            call = parse_tool_call(action)
-            tool = call.name
-            outcome = self._run_tool(ep, call)
-        except ToolCallError as exc:
-            outcome = _Outcome(exc.observation(), invalid=True)
-        except (OSError, ValueError) as exc:  # e.g. a symlink out of the repository
-            outcome = _Outcome(f"Tool error: {exc}", invalid=True)
-        truncated = False
-        if not outcome.terminated and ep.tool_calls >= self.config.max_tool_calls:
-            truncated = True
-            outcome = self._finish(ep, outcome, status="budget_exhausted")
+        tool, outcome = self._act(ep, action)
+        if not (outcome.terminated or outcome.truncated) and \
+                ep.tool_calls >= self.config.max_tool_calls:
+            tool, outcome = self._guarded(ep, tool, lambda: self._finish(
+                ep, outcome.observation, "budget_exhausted", invalid=outcome.invalid))
         observation = _cap(outcome.observation, self.config.max_observation_chars)
-        info = self._info(invalid=outcome.invalid, tool=tool, lost=outcome.lost)
-        return Step(observation, outcome.reward, outcome.terminated, truncated, info)
+        info = self._info(outcome, tool, before)
+        return Step(observation, ep.progress - before, outcome.terminated, outcome.truncated,
+                    info)
 
     def close(self) -> None:
         if self._episode is not None:
@@ -183,6 +180,27 @@ class SweEnv:
             self._episode = None
 
     # --- tools --------------------------------------------------------------------------
+
+    def _act(self, ep: _Episode, action: str) -> tuple[str, _Outcome]:
+        try:
+            call = parse_tool_call(action)
+        except ToolCallError as exc:
+            return "", _Outcome(exc.observation(), invalid=True)
+        return self._guarded(ep, call.name, lambda: self._run_tool(ep, call))
+
+    def _guarded(self, ep: _Episode, tool: str, fn: Any) -> tuple[str, _Outcome]:
+        """Run a tool; what the workspace does to it becomes an invalid action."""
+        try:
+            return tool, fn()
+        except ToolCallError as exc:
+            return tool, _Outcome(exc.observation(), invalid=True)
+        except (OSError, ValueError) as exc:  # a link, FIFO, folder or huge file planted
+            return tool, _Outcome(f"Tool error: {exc}", invalid=True)
+        except EnvError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - never an unexplained crash out of step()
+            raise EnvError(f"{self.env_id}: internal error in {tool or 'step'}: "
+                           f"{type(exc).__name__}: {exc}") from exc
 
     def _run_tool(self, ep: _Episode, call: ToolCall) -> _Outcome:
         if call.name == "list":
@@ -196,13 +214,18 @@ class SweEnv:
             return _Outcome(self._edit(ep, call))
         if call.name == "run_tests":
             return self._run_tests(ep, call)
-        return self._finish(ep, _Outcome(""), status="submitted")
+        return self._finish(ep, "", status="submitted")
 
     def _edit(self, ep: _Episode, call: ToolCall) -> str:
-        # Edits to the instance's test files are allowed but pointless: scoring restores them.
-        before = ep.ws.read_text(call.path)
+        # Edits to test files are allowed but pointless: scoring uses the pristine tests.
+        try:
+            before = ep.ws.read_text(call.path)
+        except UnsafePathError:
+            if call.old != "":
+                raise
+            before = None  # creating the file over a link or FIFO replaces it
         after = edited_text(before, call)
-        if call.path not in ep.expert.targets and call.path not in ep.pristine_tests:
+        if call.path not in ep.expert.targets and call.path not in ep.task.test_files():
             ep.expert.targets[call.path] = before  # the expert reverts stray edits
         try:
             ep.ws.write_text(call.path, after)
@@ -212,110 +235,112 @@ class SweEnv:
         return edit_summary(call.path, before, after)
 
     def _run_tests(self, ep: _Episode, call: ToolCall) -> _Outcome:
-        tests = list(call.tests) or ep.task.test_files()
-        result = ep.ws.run_tests(tests, self.config.limits)
+        """Without arguments: the scored run (pristine tests on the agent's source changes,
+        in a fresh copy), which sets progress. With test files or ids: a run in the agent's
+        own workspace, as it is, for feedback only."""
+        if not call.tests:
+            ep.expert.tests_current = True
+            verified = ep.ws.score(self.config.limits)
+            abort = self._verified_abort(verified)
+            if abort:
+                return self._abort(ep, abort, verified)
+            self._record(ep, verified)
+            return _Outcome(_format_run(verified.run, verified.results, "the task's tests"))
+        result = ep.ws.run_tests(list(call.tests), self.config.limits)
         abort = self._abort_reason(result)
         if abort:
-            return self._abort(ep, abort, result)
-        ep.expert.tests_current = True
-        reuse = not call.tests and self._tests_pristine(ep)
-        score = self._score_run(ep, result) if reuse else self._score_pristine(ep)
-        if isinstance(score, _Outcome):
-            return score
-        reward = self._progress_to(ep, score.ratio(self.config.broken_penalty))
-        return _Outcome(_format_run(result, tests), reward=reward)
+            return self._abort(ep, abort, VerifiedRun(abort, output=result.output, run=result))
+        return _Outcome(_format_run(result, parse_pytest_report(result.output),
+                                    " ".join(call.tests)) +
+                        "\n(Not scored: only run_tests without arguments measures progress.)")
 
     # --- scoring ------------------------------------------------------------------------
 
-    def _abort_reason(self, result: RunResult) -> str | None:
+    def _abort_reason(self, result: RunResult | None) -> str | None:
+        if result is None:
+            return None
         if result.status in ABNORMAL_STATUSES:
             return result.status
         if self.config.end_on_violation and detect_violations(result.output):
             return STATUS_VIOLATION
         return None
 
-    def _abort(self, ep: _Episode, status: str, result: RunResult) -> _Outcome:
-        """A run the sandbox had to stop (or that tried to escape) ends the episode at 0."""
-        ep.done, ep.status = True, status
-        ep.score = zero_score(ep.task.FAIL_TO_PASS, ep.task.PASS_TO_PASS)
-        reward = -ep.progress if self.config.dense else 0.0
-        ep.progress = 0.0
-        why = ", ".join(detect_violations(result.output)) or result.status
-        text = (f"Episode ended: the test run was stopped by the sandbox ({status}: {why}).\n"
-                + _format_run(result, []))
-        return _Outcome(text, reward=reward, terminated=True, lost=True)
+    def _verified_abort(self, verified: VerifiedRun) -> str | None:
+        if verified.status != "ok":
+            return verified.status
+        if self.config.end_on_violation and verified.violations:
+            verified.reason = ", ".join(verified.violations)
+            return STATUS_VIOLATION
+        return self._abort_reason(verified.run)
 
-    def _tests_pristine(self, ep: _Episode) -> bool:
-        return all(ep.ws.read_text(p) == text for p, text in ep.pristine_tests.items())
+    def _abort(self, ep: _Episode, status: str, verified: VerifiedRun) -> _Outcome:
+        """A run the sandbox had to stop, that tried to escape, or whose results were
+        tampered with ends the episode with progress 0."""
+        ep.done, ep.status, ep.progress, ep.results = True, status, 0.0, {}
+        run = verified.run
+        why = verified.reason or (", ".join(detect_violations(run.output)) if run else "")
+        what = _ABORT_TEXT.get(status, "the test run was stopped by the sandbox")
+        text = f"Episode ended: {what} ({status}: {why or status})."
+        if run is not None:
+            text += "\n" + _format_run(run, {}, "the task's tests")
+        return _Outcome(text, terminated=True, lost=True)
 
-    def _score_run(self, ep: _Episode, result: RunResult) -> TargetScore:
-        ep.results = parse_pytest_report(result.output)
-        score = score_results(ep.results, ep.task.FAIL_TO_PASS, ep.task.PASS_TO_PASS)
-        ep.score = score
-        return score
+    def _record(self, ep: _Episode, verified: VerifiedRun) -> None:
+        ep.results = dict(verified.results)
+        ep.progress = verified.share(ep.task.FAIL_TO_PASS + ep.task.PASS_TO_PASS)
 
-    def _score_pristine(self, ep: _Episode, keep: bool = False) -> TargetScore | _Outcome:
-        """Run the target tests with the instance's test files restored; put the agent's
-        versions back afterwards unless `keep` (the final scoring)."""
-        saved = {p: ep.ws.read_text(p) for p in ep.pristine_tests}
-        for path, text in ep.pristine_tests.items():
-            ep.ws.write_text(path, text)
-        try:
-            result = ep.ws.run_tests(ep.task.test_files(), self.config.limits)
-        finally:
-            if not keep:
-                for path, text in saved.items():
-                    ep.ws.write_text(path, text)
-        abort = self._abort_reason(result)
+    def _finish(self, ep: _Episode, observation: str, status: str,
+                invalid: bool = False) -> _Outcome:
+        """Score the files on the pristine tests: the final verified score."""
+        verified = ep.ws.score(self.config.limits)
+        abort = self._verified_abort(verified)
         if abort:
-            return self._abort(ep, abort, result)
-        return self._score_run(ep, result)
-
-    def _progress_to(self, ep: _Episode, ratio: float) -> float:
-        reward = ratio - ep.progress if self.config.dense else 0.0
-        ep.progress = ratio
-        return reward
-
-    def _finish(self, ep: _Episode, outcome: _Outcome, status: str) -> _Outcome:
-        """Score the files on the pristine tests; pay the final reward."""
-        if status == "budget_exhausted" and not self.config.score_on_truncation:
-            ep.done, ep.status = True, status
-            ep.score = zero_score(ep.task.FAIL_TO_PASS, ep.task.PASS_TO_PASS)
-            reward = outcome.reward - (ep.progress if self.config.dense else 0.0)
-            ep.progress = 0.0
-            return _Outcome(outcome.observation + "\nTool-call budget exhausted.", reward)
-        score = self._score_pristine(ep, keep=True)
-        if isinstance(score, _Outcome):
-            score.reward += outcome.reward
-            return score
+            outcome = self._abort(ep, abort, verified)
+            outcome.observation = (f"{observation}\n" if observation else "") + \
+                outcome.observation
+            outcome.invalid = invalid
+            return outcome
+        self._record(ep, verified)
         ep.done, ep.status = True, status
-        final = score.binary if self.config.reward == "binary" else score.ratio(
-            self.config.broken_penalty)
-        reward = outcome.reward + (final - ep.progress if self.config.dense else final)
-        ep.progress = score.ratio(self.config.broken_penalty)
-        text = (f"{outcome.observation}\n" if outcome.observation else "") + (
+        task = ep.task
+        f2p = sum(ep.results.get(t) in PASSING for t in task.FAIL_TO_PASS)
+        p2p = sum(ep.results.get(t) not in PASSING for t in task.PASS_TO_PASS)
+        won = status == "submitted" and ep.progress == 1.0
+        text = (f"{observation}\n" if observation else "") + (
             f"{'Submitted' if status == 'submitted' else 'Tool-call budget exhausted'}. "
-            f"Target tests fixed: {score.f2p_passed}/{score.f2p_total}; other tests broken: "
-            f"{score.p2p_failed}/{score.p2p_total}. Score: {final:.3f}")
-        return _Outcome(text, reward=reward, terminated=status == "submitted")
+            f"Target tests fixed: {f2p}/{len(task.FAIL_TO_PASS)}; other tests broken: "
+            f"{p2p}/{len(task.PASS_TO_PASS)}. Score: {ep.progress:.3f} of the tests pass.")
+        if status == "submitted":
+            return _Outcome(text, terminated=True, won=won, lost=not won, invalid=invalid)
+        return _Outcome(text, truncated=True, invalid=invalid)
 
     # --- info ---------------------------------------------------------------------------
 
-    def _info(self, invalid: bool, tool: str, lost: bool = False) -> StepInfo:
+    def _info(self, outcome: _Outcome, tool: str, progress_before: float) -> StepInfo:
         ep = self._episode
         assert ep is not None
-        won = ep.done and ep.score is not None and ep.score.binary == 1.0 and not lost
-        expert = None if ep.done else expert_action(ep.ws, ep.expert)
-        final = (ep.score.binary if self.config.reward == "binary" else ep.progress) \
-            if ep.done and ep.score is not None else ep.progress
         extra: dict[str, Any] = {"status": ep.status, "tool": tool,
-                                 "tool_calls": ep.tool_calls, "test_results": dict(ep.results)}
-        if ep.score is not None:
-            extra["target_score"] = ep.score
-        return StepInfo(objective=objective_text(ep.task, self.config, ep.ws.label), won=won,
-                        lost=lost, score=final, max_score=1.0, progress=ep.progress,
-                        expert_action=expert, invalid_action=invalid,
-                        game_id=ep.task.instance_id, extra=extra)
+                                 "tool_calls": ep.tool_calls, "test_results": dict(ep.results),
+                                 "progress_before": progress_before}
+        return StepInfo(objective=objective_text(ep.task, self.config, ep.ws.label),
+                        won=outcome.won, lost=outcome.lost, score=ep.progress, max_score=1.0,
+                        progress=ep.progress, expert_action=self._expert(ep),
+                        invalid_action=outcome.invalid, game_id=ep.task.instance_id,
+                        extra=extra)
+
+    def _expert(self, ep: _Episode) -> str | None:
+        """The expert's next call; None once the episode is over (or if the workspace
+        holds something the expert cannot read past, which its own tools then report)."""
+        if ep.done:
+            return None
+        try:
+            return expert_action(ep.ws, ep.expert)
+        except (OSError, ValueError):
+            return None
+
+
+_ABORT_TEXT = {"tampering": "the scored run shows tampering with the test runner or its "
+                            "results"}
 
 
 def _split_pool(tasks: list[SweTask], split: str) -> list[SweTask]:
@@ -324,26 +349,30 @@ def _split_pool(tasks: list[SweTask], split: str) -> list[SweTask]:
     return [t for t in tasks if not t.split or t.split == wanted]
 
 
+def base_progress(task: SweTask) -> float:
+    """Share of the instance's tests passing at its base: by the definition of the lists,
+    every PASS_TO_PASS test passes there and every FAIL_TO_PASS test fails."""
+    total = len(task.FAIL_TO_PASS) + len(task.PASS_TO_PASS)
+    return len(task.PASS_TO_PASS) / total if total else 0.0
+
+
 def _start_episode(task: SweTask, ws: Workspace) -> _Episode:
-    """Record the pristine test files and the expert's targets of a fresh workspace."""
-    test_files = task.test_files()
-    current = {p: ws.read_text(p) for p in set(test_files) | set(patched_paths(task.patch))}
-    pristine = {p: current[p] for p in test_files}
-    if task.test_patch:
-        pristine.update(apply_patch_to_texts(current, task.test_patch))
+    """Record the expert's targets (the gold files) of a fresh workspace."""
+    current = {p: ws.read_text(p) for p in patched_paths(task.patch)} if task.patch else {}
     targets = apply_patch_to_texts(current, task.patch) if task.patch else {}
-    return _Episode(task=task, ws=ws, pristine_tests=pristine,
-                    expert=ExpertState(targets=dict(targets)))
+    return _Episode(task=task, ws=ws, expert=ExpertState(targets=dict(targets)),
+                    progress=base_progress(task))
 
 
-def _format_run(result: RunResult, tests: list[str]) -> str:
+def _format_run(result: RunResult | None, results: dict[str, str], target: str) -> str:
     """A test run for the agent: status and counts, then pytest's output without the
     per-test PASSED lines (they add length, not information)."""
+    if result is None:
+        return ""
     counts: dict[str, int] = {}
-    for status in parse_pytest_report(result.output).values():
+    for status in results.values():
         counts[status] = counts.get(status, 0) + 1
     summary = ", ".join(f"{n} {s.lower()}" for s, n in sorted(counts.items())) or "no results"
     body = "\n".join(ln for ln in result.output.splitlines() if not ln.startswith("PASSED "))
-    target = " ".join(tests) if len(tests) <= 5 else f"{len(tests)} test files"
     return (f"Ran tests ({target}): {result.status}, exit code {result.exit_code}, "
             f"{result.elapsed_s:.1f}s; {summary}.\n{body.strip()}")

@@ -110,7 +110,7 @@ class _SuiteRun:
         task = _base_task(spec)
         task.workspace.setup_patch = setup_patch
         self.spec, self.limits = spec, limits
-        self.ws = LocalWorkspace.create(task)
+        self.ws = LocalWorkspace.create(task, scored=False)
 
     def run(self) -> str | None:
         result = self.ws.run_tests(list(self.spec.tests), self.limits)

@@ -6,11 +6,16 @@ What is enforced, and how (see docs/swe.md for the honest list of what is not):
   process group on time-out, so no signal aimed at the group reaches the trainer.
 - **Namespaces** (``unshare``, when the kernel allows it): a fresh network namespace (no
   interfaces up: every connection fails), a PID namespace whose init is `_jail.py` (signals
-  to the parent are ignored; everything dies with it) and a mount namespace in which every
-  mount except the workspace is read-only and ``/dev`` holds only null/zero/random devices.
-- **Resource limits** (``setrlimit``): CPU seconds, address space, file size, core dumps, and
-  a process cap through a ``pids`` cgroup when one can be created (``RLIMIT_NPROC`` as well,
-  which the kernel enforces for non-root users only).
+  to the parent are reported; everything dies with it) and a mount namespace whose root
+  holds only the workspace (writable), the interpreter and system libraries (read-only), a
+  minimal ``/dev`` and the namespace's own ``/proc``.
+- **Nothing of the trainer's**: the sandbox's processes start with a two-variable
+  environment, no inherited descriptors but the ones passed on purpose, and the jail is
+  non-dumpable.
+- **Resource limits** (``setrlimit``): CPU seconds, address space, file size, core dumps; and
+  per run, through cgroups where they can be created: a process cap (``pids``), one core of
+  CPU and a memory cap for all processes together (``RLIMIT_NPROC`` as well, which the
+  kernel enforces for non-root users only).
 - **Wall clock and output**: the trainer reads the merged stdout/stderr with a deadline and a
   byte cap; past either it kills the group (and the cgroup's members).
 
@@ -29,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -65,6 +71,11 @@ class SandboxLimits:
     """Bytes of merged stdout/stderr kept; past this the command is killed."""
     file_mb: int = 256
     """Largest file the command may write (RLIMIT_FSIZE), in MiB."""
+    cpus: float = 1.0
+    """CPU share of the whole run, in cores (cgroup CPU quota), so a run cannot starve
+    the trainer and other episodes on the host."""
+    run_memory_mb: int = 4096
+    """Memory of the whole run, all processes together (memory cgroup), in MiB."""
 
 
 @dataclass
@@ -79,6 +90,8 @@ class RunResult:
     elapsed_s: float
     truncated: bool = False
     """The output reached `SandboxLimits.output_bytes` (the command was then killed)."""
+    channel: bytes = b""
+    """What the command wrote to the `drain` pipe of `run_sandboxed` (if one was given)."""
 
 
 @dataclass(frozen=True)
@@ -89,8 +102,14 @@ class SandboxReport:
     network_isolated: bool
     writes_confined: bool
     pid_namespace: bool
+    reads_confined: bool
+    """A file of the host outside the workspace is not visible."""
+    init_unreadable: bool
+    """/proc/1 (the jail: environment, memory, descriptors) cannot be read."""
     process_limit: str
     """"cgroup", "rlimit" or "none"."""
+    run_caps: tuple[str, ...] = ()
+    """Per-run cgroup caps in force besides pids: "cpu" (one core), "memory"."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
 
@@ -112,49 +131,73 @@ def namespaces_available() -> bool:
     return done.returncode == 0
 
 
-def _cgroup_parent() -> Path | None:
-    """A writable pids-cgroup folder under which one child group per run can be made."""
-    candidates = [Path("/sys/fs/cgroup/pids")]
+_CONTROLLERS = ("pids", "cpu", "memory")
+
+
+def _own_cgroups() -> dict[str, str]:
+    """{controller: this process's cgroup path} from /proc/self/cgroup ("" = v2)."""
+    found: dict[str, str] = {}
     with contextlib.suppress(OSError):
         for line in Path("/proc/self/cgroup").read_text().splitlines():
-            if line.startswith("0::"):
-                candidates.append(Path("/sys/fs/cgroup") / line[3:].lstrip("/"))
-    for base in candidates:
-        if (base / "pids.max").exists() or (base / "cgroup.procs").exists():
-            parent = base / "tripod-swe"
-            try:
-                parent.mkdir(exist_ok=True)
-                if (parent / "cgroup.subtree_control").exists():
-                    (parent / "cgroup.subtree_control").write_text("+pids")
-                return parent if os.access(parent, os.W_OK) else None
-            except OSError:
-                continue
-    return None
+            _, names, path = line.split(":", 2)
+            for name in names.split(",") if names else [""]:
+                found[name] = path
+    return found
+
+
+def _writable_parent(base: Path, enable: str = "") -> Path | None:
+    parent = base / "tripod-swe"
+    try:
+        parent.mkdir(exist_ok=True)
+        if enable and (parent / "cgroup.subtree_control").exists():
+            (parent / "cgroup.subtree_control").write_text(enable)
+    except OSError:
+        return None
+    return parent if os.access(parent, os.W_OK) else None
+
+
+def _cgroup_parents() -> dict[str, Path]:
+    """{controller: a writable folder for per-run child groups}. cgroup v1 has one
+    hierarchy per controller; the groups are made under this process's own group (so a
+    run stays inside whatever limits the trainer already has). Under v2 one group holds
+    every controller."""
+    own = _own_cgroups()
+    parents: dict[str, Path] = {}
+    for name in _CONTROLLERS:
+        if name in own:
+            base = Path("/sys/fs/cgroup") / name / own[name].lstrip("/")
+            if (base / "cgroup.procs").exists() and (parent := _writable_parent(base)):
+                parents[name] = parent
+    if not parents and "" in own:
+        base = Path("/sys/fs/cgroup") / own[""].lstrip("/")
+        if (base / "cgroup.controllers").exists():
+            parent = _writable_parent(base, "+pids +cpu +memory")
+            if parent is not None:
+                parents = {name: parent for name in _CONTROLLERS
+                           if name in (parent / "cgroup.subtree_control").read_text()}
+    return parents
 
 
 @functools.cache
-def _cached_cgroup_parent() -> Path | None:
-    return _cgroup_parent()
+def _cached_cgroup_parents() -> dict[str, Path]:
+    return _cgroup_parents()
 
 
-def _make_cgroup(processes: int) -> Path | None:
-    parent = _cached_cgroup_parent()
-    if parent is None:
-        return None
-    group = parent / uuid.uuid4().hex[:12]
-    try:
-        group.mkdir()
-        (group / "pids.max").write_text(str(processes))
-    except OSError:
-        with contextlib.suppress(OSError):
-            group.rmdir()
-        return None
-    return group
+def _limit_files(name: str, limits: SandboxLimits, v2: bool) -> dict[str, str]:
+    """What to write in a fresh group of `name` to apply `limits`."""
+    memory = str(limits.run_memory_mb * 1024 * 1024)
+    quota = str(int(100_000 * limits.cpus))
+    if name == "pids":
+        return {"pids.max": str(limits.processes)}
+    if name == "cpu":
+        return {"cpu.max": f"{quota} 100000"} if v2 else {
+            "cpu.cfs_period_us": "100000", "cpu.cfs_quota_us": quota}
+    return {"memory.max": memory, "memory.swap.max": "0"} if v2 else {
+        "memory.limit_in_bytes": memory, "memory.memsw.limit_in_bytes": memory}
 
 
-def _kill_cgroup(group: Path | None) -> None:
-    if group is None:
-        return
+def _kill_cgroup(group: Path) -> None:
+    """Kill every member of a per-run group, then remove it (retrying while they die)."""
     for _ in range(50):
         with contextlib.suppress(OSError):
             pids = [int(p) for p in (group / "cgroup.procs").read_text().split()]
@@ -167,40 +210,101 @@ def _kill_cgroup(group: Path | None) -> None:
         time.sleep(0.02)
 
 
+def _make_cgroups(limits: SandboxLimits) -> list[Path]:
+    """One fresh group per available controller, with the run's limits written; a
+    controller whose limit cannot be written is left out (and reported by the probe)."""
+    groups: dict[Path, Path] = {}
+    name_id = uuid.uuid4().hex[:12]
+    for name, parent in _cached_cgroup_parents().items():
+        group = parent / name_id
+        v2 = (parent / "cgroup.subtree_control").exists()
+        try:
+            group.mkdir(exist_ok=True)
+            for fname, value in _limit_files(name, limits, v2).items():
+                if not (group / fname).exists():
+                    continue
+                try:
+                    (group / fname).write_text(value)
+                except OSError:
+                    if "swap" not in fname and "memsw" not in fname:
+                        raise  # swap accounting is often off; the memory cap still holds
+        except OSError:
+            _kill_cgroup(group)
+            continue
+        groups[group] = group
+    return list(groups)
+
+
 def _jail_spec(argv: list[str], workspace: Path, cwd: Path, env: dict[str, str],
-               limits: SandboxLimits, cgroup: Path | None, isolated: bool,
+               limits: SandboxLimits, cgroups: list[Path], root: Path | None,
                status_fd: int) -> str:
     mib = 1024 * 1024
     return json.dumps({
         "argv": argv, "cwd": str(cwd), "env": env, "workspace": str(workspace),
-        "cgroup": None if cgroup is None else str(cgroup), "status_fd": status_fd,
-        "confine": isolated, "drop_privileges": isolated,
+        "cgroups": [str(g) for g in cgroups], "status_fd": status_fd,
+        "confine": root is not None, "drop_privileges": root is not None,
+        "root": str(root) if root else "", "readonly": readonly_paths(argv[0]),
         "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_mb * mib,
                    "file_bytes": limits.file_mb * mib, "processes": limits.processes},
     })
 
 
-def _read_capped(proc: subprocess.Popen, limits: SandboxLimits,
-                 deadline: float) -> tuple[bytes, str | None]:
-    """Read merged output until EOF, the deadline or the byte cap (whichever comes first)."""
+_SYSTEM_PATHS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin",
+                 "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec",
+                 "/usr/share/zoneinfo", "/etc/alternatives", "/etc/ld.so.cache",
+                 "/etc/localtime")
+"""What a command sees of the host besides its workspace (read-only): system binaries and
+shared libraries. Not /usr/local, /etc (beyond the loader cache), /home, /root, /tmp."""
+
+
+def _prefix_of(executable: Path) -> Path | None:
+    """The installation folder of an interpreter (``PREFIX/bin/python``), unless it is a
+    system folder already covered by `_SYSTEM_PATHS` (or the whole /usr)."""
+    prefix = executable.parent.parent
+    return None if str(prefix) in ("/", "/usr") else prefix
+
+
+def readonly_paths(command: str) -> list[str]:
+    """Host paths bound read-only into the sandbox: system libraries, the trainer's
+    interpreter (its venv and base installation) and the command's interpreter."""
+    paths = list(_SYSTEM_PATHS)
+    interpreters = [Path(sys.executable)]
+    if os.path.isabs(command):
+        interpreters.append(Path(command))
+    prefixes = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
+                                  sys.base_exec_prefix)}
+    for exe in interpreters:
+        for candidate in (exe, exe.resolve()):
+            if (prefix := _prefix_of(candidate)) is not None:
+                prefixes.add(prefix)
+    paths += sorted(str(p) for p in prefixes if str(p) not in ("/", "/usr"))
+    return paths
+
+
+def _read_capped(proc: subprocess.Popen, limits: SandboxLimits, deadline: float,
+                 drain: int | None = None) -> tuple[bytes, bytes, str | None]:
+    """Read merged output (and the `drain` pipe, if any) until EOF, the deadline or the
+    byte cap, whichever comes first. Returns (output, drained bytes, stop reason)."""
     assert proc.stdout is not None
-    chunks: list[bytes] = []
-    size = 0
+    out, side = bytearray(), bytearray()
     with selectors.DefaultSelector() as sel:
-        sel.register(proc.stdout, selectors.EVENT_READ)
-        while True:
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        if drain is not None:
+            sel.register(drain, selectors.EVENT_READ, side)
+        while sel.get_map():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return b"".join(chunks), STATUS_TIMEOUT
-            if not sel.select(timeout=min(remaining, 1.0)):
-                continue
-            chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
-                return b"".join(chunks), None
-            chunks.append(chunk)
-            size += len(chunk)
-            if size > limits.output_bytes:
-                return b"".join(chunks)[: limits.output_bytes], STATUS_OUTPUT_LIMIT
+                return bytes(out), bytes(side), STATUS_TIMEOUT
+            for key, _ in sel.select(timeout=min(remaining, 1.0)):
+                chunk = os.read(key.fd, 65536)
+                if not chunk:
+                    sel.unregister(key.fileobj)
+                    continue
+                key.data.extend(chunk)
+                if len(out) > limits.output_bytes or len(side) > limits.output_bytes:
+                    return (bytes(out[:limits.output_bytes]), bytes(side),
+                            STATUS_OUTPUT_LIMIT)
+    return bytes(out), bytes(side), None
 
 
 def _wait_until(proc: subprocess.Popen, deadline: float) -> str | None:
@@ -226,57 +330,82 @@ def _status_of(code: int, killed_by: str | None, outcome: str) -> str:
     return STATUS_OK if code == 0 else STATUS_FAILED
 
 
+_JAIL_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8"}
+"""The whole environment of the sandbox's own processes: nothing of the trainer's (tokens a
+user exported would otherwise be readable from inside, e.g. in /proc/1/environ)."""
+
+
 def run_capped(argv: list[str], cwd: Path, limits: SandboxLimits,
-               pass_fds: tuple[int, ...] = (), cgroup: Path | None = None) -> RunResult:
-    """Run `argv` in its own session, reading merged output under the wall-clock and byte
-    caps; on either, kill its process group (and `cgroup`'s members). Never raises for
-    anything the command does."""
+               pass_fds: tuple[int, ...] = (), cgroups: tuple[Path, ...] = (),
+               env: dict[str, str] | None = None, drain: int | None = None) -> RunResult:
+    """Run `argv` in its own session, reading merged output (and the `drain` pipe) under
+    the wall-clock and byte caps; on either, kill its process group (and the members of
+    `cgroups`). Never raises for anything the command does."""
     start = time.monotonic()
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
-                            pass_fds=pass_fds)
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
+                                pass_fds=pass_fds, env=env)
+    finally:
+        for fd in pass_fds:  # the child holds them now; EOF on `drain` needs ours closed
+            os.close(fd)
     deadline = start + limits.wall_s
     try:
-        raw, killed_by = _read_capped(proc, limits, deadline)
+        raw, side, killed_by = _read_capped(proc, limits, deadline, drain)
         if killed_by is None:
             killed_by = _wait_until(proc, deadline)
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
-        _kill_cgroup(cgroup)
+        for group in cgroups:
+            _kill_cgroup(group)
         code = proc.wait()
         if proc.stdout is not None:
             proc.stdout.close()
     return RunResult(status=killed_by or "", exit_code=code,
                      output=raw.decode("utf-8", errors="replace"),
                      elapsed_s=time.monotonic() - start,
-                     truncated=killed_by == STATUS_OUTPUT_LIMIT)
+                     truncated=killed_by == STATUS_OUTPUT_LIMIT, channel=side)
 
 
 def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
                   env: dict[str, str] | None = None,
-                  limits: SandboxLimits = SandboxLimits()) -> RunResult:
-    """Run `argv` confined to `workspace`; never raises for anything the command does."""
-    workspace = workspace.resolve()
-    isolated = namespaces_available()
-    cgroup = _make_cgroup(limits.processes)
+                  limits: SandboxLimits = SandboxLimits(),
+                  pass_fds: tuple[int, ...] = (), drain: int | None = None) -> RunResult:
+    """Run `argv` confined to `workspace`; never raises for anything the command does.
+
+    `pass_fds` are handed to the command (and closed here); `drain` is the read end of a
+    pipe whose other end the command holds: it is read concurrently with the output and
+    returned in `RunResult.channel` (the trusted test runner reports through it)."""
+    try:
+        workspace = workspace.resolve()
+        isolated = namespaces_available()
+        cgroups = _make_cgroups(limits)
+        root = Path(tempfile.mkdtemp(prefix="tripod-root-")) if isolated else None
+    except BaseException:
+        for fd in pass_fds:  # ours to close, as run_capped would have
+            os.close(fd)
+        raise
     status_r, status_w = os.pipe()
     try:
-        spec = _jail_spec(argv, workspace, cwd or workspace, env or {}, limits, cgroup,
-                          isolated, status_w)
+        spec = _jail_spec(argv, workspace, cwd or workspace, env or {}, limits, cgroups,
+                          root, status_w)
         prefix = _unshare_prefix(os.geteuid() == 0) if isolated else []
+        fds, status_w = (status_w, *pass_fds), -1  # run_capped closes them
         result = run_capped([*prefix, sys.executable, "-I", str(_JAIL), spec], workspace,
-                            limits, pass_fds=(status_w,), cgroup=cgroup)
-        os.close(status_w)
-        status_w = -1
+                            limits, pass_fds=fds, cgroups=tuple(cgroups),
+                            env=dict(_JAIL_ENV), drain=drain)
         outcome = os.read(status_r, 4096).decode(errors="replace").strip()
     finally:
         os.close(status_r)
         if status_w >= 0:
             os.close(status_w)
+        if root is not None:
+            with contextlib.suppress(OSError):
+                root.rmdir()
     result.status = _status_of(result.exit_code, result.status or None, outcome)
     if result.status == STATUS_VIOLATION:
-        result.output += f"\n[sandbox] the command sent a signal to its parent ({outcome})\n"
+        result.output += f"\n[sandbox] the command signalled its parent or init ({outcome})\n"
     return result
 
 
@@ -311,26 +440,34 @@ try:
     out["pid1"] = b"_jail.py" in open("/proc/1/cmdline", "rb").read()
 except OSError:
     out["pid1"] = False
-print("PROBE", out["net"], out["write"], out["pid1"])
+out["reads"] = not os.path.exists(sys.argv[2])
+try:
+    open("/proc/1/environ", "rb").read(); out["env"] = False
+except OSError:
+    out["env"] = True
+print("PROBE", out["net"], out["write"], out["pid1"], out["reads"], out["env"])
 """
 
 
 @functools.cache
 def sandbox_report() -> SandboxReport:
     """Probe the protections once per process by running a small script in the sandbox."""
-    import tempfile
-
     with tempfile.TemporaryDirectory(prefix="tripod-probe-") as tmp:
         ws = Path(tmp) / "ws"
         ws.mkdir()
         outside = Path(tmp) / "outside-write-probe"
-        result = run_sandboxed([sys.executable, "-I", "-c", _PROBE, str(outside)], ws,
-                               limits=SandboxLimits(wall_s=30))
+        marker = Path(tmp) / "outside-read-probe"
+        marker.write_text("host file")
+        result = run_sandboxed([sys.executable, "-I", "-c", _PROBE, str(outside),
+                                str(marker)], ws, limits=SandboxLimits(wall_s=30))
     fields = result.output.split("PROBE", 1)[-1].split()
-    ok = [f == "True" for f in fields[:3]] if len(fields) >= 3 else [False] * 3
-    cgroup = _cached_cgroup_parent() is not None
-    process_limit = "cgroup" if cgroup else ("rlimit" if os.geteuid() != 0 else "none")
+    ok = [f == "True" for f in fields[:5]] if len(fields) >= 5 else [False] * 5
+    groups = _cached_cgroup_parents()
+    process_limit = "cgroup" if "pids" in groups else (
+        "rlimit" if os.geteuid() != 0 else "none")
     notes = () if result.status == STATUS_OK else (f"probe: {result.status}",)
     return SandboxReport(namespaces=namespaces_available(), network_isolated=ok[0],
-                         writes_confined=ok[1], pid_namespace=ok[2],
-                         process_limit=process_limit, notes=notes)
+                         writes_confined=ok[1], pid_namespace=ok[2], reads_confined=ok[3],
+                         init_unreadable=ok[4], process_limit=process_limit,
+                         run_caps=tuple(sorted(n for n in groups if n != "pids")),
+                         notes=notes)

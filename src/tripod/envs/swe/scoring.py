@@ -1,8 +1,13 @@
-"""Verified rewards: read per-test outcomes from a pytest run and score them.
+"""Per-test outcomes read from a pytest run's text output, and their counts.
 
 Outcomes come from pytest's ``-rA`` short summary (one ``PASSED id`` / ``FAILED id - msg``
 line per test), the same lines SWE-bench's log parser reads, so SWE-Gym test ids match.
 A target test missing from the report (not collected, crashed run) counts as failing.
+
+Text output can be forged by the code under test, so this serves only runs that are not
+scored against an agent: the agent's own feedback runs, the task generator (pristine and
+mutated trees it made itself) and Docker workspaces. The reward of local workspaces comes
+from `verify.py`.
 """
 
 from __future__ import annotations

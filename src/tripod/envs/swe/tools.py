@@ -87,15 +87,22 @@ class ToolCall:
         """The canonical text of this call (what the expert emits)."""
         span = f" {self.start}-{self.end}" if self.start is not None else ""
         if self.name == "edit":
+            # A block line always ends with a newline; a text without one (a file's last
+            # line) is written with it, which the edit treats the same (`edited_text`).
+            new = _eol(self.new)
             if self.old is None:
-                return f"edit {self.path}{span}\n<<<<<<< LINES\n{self.new}>>>>>>> LINES"
-            return (f"edit {self.path}\n<<<<<<< SEARCH\n{self.old}=======\n{self.new}"
+                return f"edit {self.path}{span}\n<<<<<<< LINES\n{new}>>>>>>> LINES"
+            return (f"edit {self.path}\n<<<<<<< SEARCH\n{_eol(self.old)}=======\n{new}"
                     ">>>>>>> REPLACE")
         if self.name == "search":
             return f"search {shlex.quote(self.text)}" + (f" {self.path}" if self.path else "")
         if self.name == "run_tests":
             return " ".join(["run_tests", *self.tests])
         return " ".join(p for p in (self.name, self.path) if p) + span
+
+
+def _eol(text: str) -> str:
+    return text if not text or text.endswith("\n") else text + "\n"
 
 
 _THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
@@ -120,13 +127,22 @@ def _call_lines(text: str) -> list[str]:
 
 
 def parse_tool_call(text: str) -> ToolCall:
-    """The first tool call in `text`. Raises `ToolCallError` with a correction hint."""
+    """The first tool call in `text` (a whole model reply: prose before or after the call
+    is ignored). A prose line that merely starts with a tool's name but does not read as
+    a valid call is skipped; if no line reads as one, the first line's error is raised.
+    Raises `ToolCallError` with a correction hint."""
     lines = _call_lines(text if isinstance(text, str) else str(text))
+    first_error: ToolCallError | None = None
     for i, line in enumerate(lines):
         found = _tool_of(line)
         if found:
             name, rest = found
-            return _parse_args(name, rest, lines[i + 1:])
+            try:
+                return _parse_args(name, rest, lines[i + 1:])
+            except ToolCallError as exc:
+                first_error = first_error or exc
+    if first_error is not None:
+        raise first_error
     raise ToolCallError("no tool call found; write exactly one call on its own line, "
                         "starting with one of: " + ", ".join(TOOLS))
 
@@ -169,11 +185,16 @@ def _parse_args(name: str, rest: str, after: list[str]) -> ToolCall:
         return _parse_search(rest)
     args = _split_args(rest, name)
     if name == "submit":
+        if args:
+            raise ToolCallError("submit takes no arguments", name)
         return ToolCall("submit")
     if name == "list":
+        if len(args) > 1:
+            raise ToolCallError("list takes at most one path", name)
         return ToolCall("list", path=_path(args[0], name) if args else "")
     if name == "run_tests":
-        bad = [a for a in args if a.startswith("-")]
+        # "-x" is an option; pytest also reads options from "@file" arguments.
+        bad = [a for a in args if a.startswith(("-", "@"))]
         if bad:
             raise ToolCallError(f"options are not allowed ({' '.join(bad)}); name test files "
                                 "or ids such as tests/test_x.py::test_y", name)
@@ -265,7 +286,12 @@ def _matches(ws: Workspace, call: ToolCall) -> list[tuple[str, int, str]]:
     found = []
     files = ws.list_files(call.path) if call.path == "" or ws.is_dir(call.path) else [call.path]
     for rel in files:
-        text = ws.read_text(rel)
+        try:
+            text = ws.read_text(rel)
+        except ValueError:  # a link, FIFO or huge file planted in the tree: not searched
+            if len(files) == 1:
+                raise
+            continue
         if text is None or len(text) > 2_000_000 or call.text not in text:
             continue
         found += [(rel, n, line) for n, line in enumerate(split_lines(text), start=1)

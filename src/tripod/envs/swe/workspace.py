@@ -21,9 +21,18 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from tripod.envs.base import EnvError
+from tripod.envs.swe import safefs
 from tripod.envs.swe.patches import apply_patch_to_texts, patched_paths
-from tripod.envs.swe.sandbox import RunResult, SandboxLimits, run_capped, run_sandboxed
+from tripod.envs.swe.sandbox import (
+    ABNORMAL_STATUSES,
+    RunResult,
+    SandboxLimits,
+    run_capped,
+    run_sandboxed,
+)
+from tripod.envs.swe.scoring import parse_pytest_report
 from tripod.envs.swe.task import SweTask
+from tripod.envs.swe.verify import VerifiedRun, Verifier
 
 PRIVATE_DIR = ".tripod"
 """Folder inside a local workspace holding the sandbox's HOME and TMPDIR (hidden from tools)."""
@@ -35,7 +44,8 @@ _HIDDEN_PARTS = {PRIVATE_DIR, ".git", "__pycache__", ".pytest_cache", ".mypy_cac
 
 
 def clean_relpath(raw: str, label: str = "/workspace") -> str:
-    """A workspace-relative POSIX path from what an agent wrote; ValueError if it escapes."""
+    """A workspace-relative POSIX path from what an agent wrote; ValueError if it escapes
+    the repository or names a private folder (``.tripod``, ``.git``, caches)."""
     text = raw.strip().strip("'\"`")
     for prefix in (label.rstrip("/") + "/", label):
         if text.startswith(prefix):
@@ -44,6 +54,8 @@ def clean_relpath(raw: str, label: str = "/workspace") -> str:
     parts = [p for p in path.parts if p not in ("", ".")]
     if ".." in parts:
         raise ValueError(f"path {raw!r} leaves the repository (no '..' allowed)")
+    if any(p in _HIDDEN_PARTS for p in parts):
+        raise ValueError(f"path {raw!r} is in a private folder of the workspace")
     return "/".join(parts)
 
 
@@ -72,7 +84,12 @@ class Workspace(Protocol):
         ...
 
     def run_tests(self, tests: list[str], limits: SandboxLimits) -> RunResult:
-        """Run the task's test command on `tests` (files or pytest node ids)."""
+        """Run the task's test command on `tests` (files or pytest node ids) in this
+        workspace, as the agent left it (feedback only: never scored)."""
+        ...
+
+    def score(self, limits: SandboxLimits) -> VerifiedRun:
+        """Run the task's pristine tests on the agent's source changes (the reward)."""
         ...
 
     def close(self) -> None: ...
@@ -100,86 +117,86 @@ def expand_test_cmd(template: list[str], tests: list[str], python: str) -> list[
 
 
 class LocalWorkspace:
-    """A private folder copy of the repository; tests run sandboxed on the host."""
+    """A private folder copy of the repository; tests run sandboxed on the host.
+
+    Layout: ``ROOT/repo`` is the agent's copy (base + setup patch), ``ROOT/base`` the
+    pristine tree scoring starts from (base + setup patch + test patch), never shown to
+    the agent's code (the sandbox mounts only the folder a command runs in)."""
 
     label = "/workspace"
 
-    def __init__(self, root: Path, task: SweTask) -> None:
+    def __init__(self, root: Path, task: SweTask, base: Path | None = None) -> None:
         self.root = root.resolve()
         self.task = task
         self.python = task.workspace.python or sys.executable
+        self.verifier = Verifier(task, base, self.python) if base is not None else None
 
     @classmethod
-    def create(cls, task: SweTask, parent: Path | None = None) -> LocalWorkspace:
-        """Copy the task's source into a new folder and apply its setup patch."""
+    def create(cls, task: SweTask, parent: Path | None = None,
+               scored: bool = True) -> LocalWorkspace:
+        """Copy the task's source into a new folder and apply its setup patch (and, when
+        `scored`, build the pristine tree that scoring copies)."""
         parent = parent or Path(tempfile.gettempdir())
         parent.mkdir(parents=True, exist_ok=True)
         root = Path(tempfile.mkdtemp(prefix=f"swe-{_slug(task.instance_id)}-", dir=parent))
         try:
             _materialise(task, root / "repo")
-            ws = cls(root / "repo", task)
+            apply_patch(cls(root / "repo", task), task.workspace.setup_patch)
+            base = None
+            if scored:
+                base = root / "base"
+                shutil.copytree(root / "repo", base, symlinks=True)
+                apply_patch(cls(base, task), task.test_patch)
+            ws = cls(root / "repo", task, base)
             for sub in ("home", "tmp", "site"):
                 (ws.root / PRIVATE_DIR / sub).mkdir(parents=True, exist_ok=True)
             (ws.root / PRIVATE_DIR / "site" / "sitecustomize.py").write_text(_SITECUSTOMIZE)
-            apply_patch(ws, task.workspace.setup_patch)
         except BaseException:
             shutil.rmtree(root, ignore_errors=True)
             raise
         return ws
 
-    def _abs(self, path: str) -> Path:
-        target = (self.root / path).resolve()
-        if target != self.root and self.root not in target.parents:
-            raise ValueError(f"path {path!r} leaves the repository")
-        return target
-
     def read_text(self, path: str) -> str | None:
-        target = self._abs(path)
-        if not target.is_file():
-            return None
-        return target.read_bytes().decode("utf-8", errors="replace")
+        data = safefs.read_bytes(self.root, path)
+        return None if data is None else data.decode("utf-8", errors="replace")
 
     def write_text(self, path: str, text: str | None) -> None:
-        target = self._abs(path)
-        if text is None:
-            target.unlink(missing_ok=True)
-            return
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(text.encode("utf-8"))
+        safefs.write_bytes(self.root, path, None if text is None else text.encode("utf-8"))
 
     def is_dir(self, path: str) -> bool:
-        return self._abs(path).is_dir()
+        return safefs.is_dir(self.root, path)
 
     def list_files(self, path: str = "") -> list[str]:
-        base = self._abs(path)
-        if base.is_file():
-            return [path]
-        found = []
-        for dirpath, dirnames, filenames in os.walk(base):
-            dirnames[:] = sorted(d for d in dirnames if _visible(d))
-            rel_dir = Path(dirpath).relative_to(self.root).as_posix()
-            for name in filenames:
-                rel = name if rel_dir == "." else f"{rel_dir}/{name}"
-                if _visible(rel) and not name.endswith((".pyc", ".pyo")):
-                    found.append(rel)
-        return sorted(found)
+        if not self.is_dir(path):
+            mode_ok = self.read_text(path) is not None
+            return [path] if mode_ok else []
+        return sorted(rel for rel in safefs.walk_files(self.root, path)
+                      if _visible(rel) and not rel.endswith((".pyc", ".pyo")))
 
     def run_tests(self, tests: list[str], limits: SandboxLimits) -> RunResult:
         spec = self.task.workspace
         argv = expand_test_cmd(spec.resolved_test_cmd(), tests, self.python)
         return run_sandboxed(argv, self.root, env=self._env(), limits=limits)
 
+    def score(self, limits: SandboxLimits) -> VerifiedRun:
+        if self.verifier is None:
+            raise EnvError("this workspace was created without a scoring base")
+        try:
+            return self.verifier.score(self.root, limits)
+        except OSError as exc:  # the trainer's own files (base, fresh copy): an env failure
+            raise EnvError(f"cannot score {self.task.instance_id}: {exc}") from exc
+
     def _env(self) -> dict[str, str]:
         private = self.root / PRIVATE_DIR
         python_dir = str(Path(self.python).parent)
         env = {
-            "PATH": f"{python_dir}:/usr/local/bin:/usr/bin:/bin",
+            "PATH": f"{python_dir}:/usr/bin:/bin",
             "HOME": str(private / "home"), "TMPDIR": str(private / "tmp"),
             "PYTHONPATH": os.pathsep.join([*(str(self.root / p) for p in
                                              self.task.workspace.python_path),
                                            str(private / "site")]),
             "PYTHONDONTWRITEBYTECODE": "1", "PYTHONHASHSEED": "0", "LANG": "C.UTF-8",
-            "NO_COLOR": "1",
+            "NO_COLOR": "1", "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         }
         env.update(self.task.workspace.env)
         return env
@@ -248,6 +265,7 @@ class DockerWorkspace:
         self.container = container
         self.task = task
         self.workdir = task.workspace.workdir
+        self.pristine_tests: dict[str, str | None] = {}
 
     @classmethod
     def create(cls, task: SweTask, limits: SandboxLimits) -> DockerWorkspace:
@@ -262,6 +280,10 @@ class DockerWorkspace:
              "sleep", "infinity"], check=True, capture_output=True, timeout=600)
         ws = cls(name, task)
         apply_patch(ws, task.workspace.setup_patch)
+        current = {p: ws.read_text(p) for p in task.test_files()}
+        ws.pristine_tests = dict(current)
+        if task.test_patch:
+            ws.pristine_tests.update(apply_patch_to_texts(current, task.test_patch))
         return ws
 
     def _exec(self, argv: list[str], stdin: bytes | None = None,
@@ -316,6 +338,16 @@ class DockerWorkspace:
         else:
             result.status = "ok" if result.exit_code == 0 else "failed"
         return result
+
+    def score(self, limits: SandboxLimits) -> VerifiedRun:
+        """Not hardened like local scoring (docs/swe.md): the pristine test files are
+        written over the agent's and the tests run in the agent's container."""
+        for path, text in self.pristine_tests.items():
+            self.write_text(path, text)
+        run = self.run_tests(self.task.test_files(), limits)
+        if run.status in ABNORMAL_STATUSES:
+            return VerifiedRun(run.status, output=run.output, reason=run.status, run=run)
+        return VerifiedRun("ok", parse_pytest_report(run.output), run.output, "", run)
 
     def close(self) -> None:
         subprocess.run(["docker", "rm", "-f", self.container], capture_output=True, timeout=120)

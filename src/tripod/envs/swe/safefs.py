@@ -1,0 +1,174 @@
+"""File access in a workspace that an agent's code has been able to change.
+
+Everything the trainer reads or writes in a local workspace goes through here, because the
+agent's code (run by `run_tests`) can leave anything at any path: a symlink to a host file, a
+FIFO that blocks whoever opens it, a directory where a file was, a file of gigabytes. So:
+
+- paths are walked one component at a time from the workspace root with ``O_NOFOLLOW`` (a
+  symlink anywhere on the way is refused, not followed);
+- files are opened ``O_NONBLOCK`` and must be regular files (a FIFO or device is refused
+  before any read or write could block);
+- reads are capped at `MAX_FILE_BYTES`.
+
+Refusals raise `UnsafePathError` (a `ValueError`), which the env turns into an invalid
+action. The sandbox's processes are all dead when the trainer touches the files (the PID
+namespace dies with each run), so nothing changes a path between these checks and the use.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+from collections.abc import Iterator
+from pathlib import Path
+
+MAX_FILE_BYTES = 2_000_000
+"""Largest file the trainer reads from a workspace (source files are far smaller)."""
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+_FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+
+
+class UnsafePathError(ValueError):
+    """A workspace path that is a link, not a regular file, or too large."""
+
+
+def _parts(rel: str) -> list[str]:
+    parts = [p for p in rel.split("/") if p not in ("", ".")]
+    if ".." in parts:
+        raise UnsafePathError(f"path {rel!r} leaves the repository")
+    return parts
+
+
+def _open_dir(root: Path, parts: list[str], create: bool = False) -> int:
+    """A descriptor of the folder `root/parts...`, never following a link."""
+    fd = os.open(root, _DIR_FLAGS)
+    try:
+        for part in parts:
+            if create:
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(part, 0o755, dir_fd=fd)
+            try:
+                child = os.open(part, _DIR_FLAGS, dir_fd=fd)
+            except OSError as exc:
+                if _is_link(fd, part):
+                    raise UnsafePathError(f"{part!r} is a symbolic link") from exc
+                raise
+            os.close(fd)
+            fd = child
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _is_link(dir_fd: int, name: str) -> bool:
+    try:
+        return stat.S_ISLNK(os.lstat(name, dir_fd=dir_fd).st_mode)
+    except OSError:
+        return False
+
+
+def _entry_mode(root: Path, rel: str) -> int | None:
+    """The lstat mode of `rel` (None if absent); folders on the way must be real folders."""
+    parts = _parts(rel)
+    if not parts:
+        return stat.S_IFDIR
+    try:
+        fd = _open_dir(root, parts[:-1])
+    except FileNotFoundError:
+        return None
+    except NotADirectoryError:
+        return None
+    try:
+        return os.lstat(parts[-1], dir_fd=fd).st_mode
+    except FileNotFoundError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _check_regular(fd: int, rel: str, max_bytes: int) -> int:
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        raise UnsafePathError(f"{rel!r} is not a regular file")
+    if info.st_size > max_bytes:
+        raise UnsafePathError(f"{rel!r} is larger than {max_bytes} bytes")
+    return info.st_size
+
+
+def read_bytes(root: Path, rel: str, max_bytes: int = MAX_FILE_BYTES) -> bytes | None:
+    """The content of a regular file (None if there is nothing at `rel`)."""
+    parts = _parts(rel)
+    if not parts:
+        return None
+    mode = _entry_mode(root, rel)
+    if mode is None or stat.S_ISDIR(mode):
+        return None
+    if stat.S_ISLNK(mode):
+        raise UnsafePathError(f"{rel!r} is a symbolic link (not followed)")
+    if not stat.S_ISREG(mode):
+        raise UnsafePathError(f"{rel!r} is not a regular file")
+    dir_fd = _open_dir(root, parts[:-1])
+    try:
+        fd = os.open(parts[-1], os.O_RDONLY | _FILE_FLAGS, dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "rb") as fh:
+        _check_regular(fd, rel, max_bytes)
+        data = fh.read(max_bytes + 1)
+    if len(data) > max_bytes:
+        raise UnsafePathError(f"{rel!r} is larger than {max_bytes} bytes")
+    return data
+
+
+def write_bytes(root: Path, rel: str, data: bytes | None) -> None:
+    """Create or overwrite the file at `rel` (a link or special file there is replaced by
+    a regular file, never written through), or delete it (None)."""
+    parts = _parts(rel)
+    if not parts:
+        raise UnsafePathError("cannot write the repository root")
+    dir_fd = _open_dir(root, parts[:-1], create=data is not None)
+    try:
+        if data is None:
+            mode = _entry_mode(root, rel)
+            if mode is not None and not stat.S_ISDIR(mode):
+                os.unlink(parts[-1], dir_fd=dir_fd)  # removes a link, never its target
+            return
+        mode = _entry_mode(root, rel)
+        if mode is not None and not (stat.S_ISREG(mode) or stat.S_ISDIR(mode)):
+            os.unlink(parts[-1], dir_fd=dir_fd)  # a link or FIFO is replaced, never used
+        fd = os.open(parts[-1], os.O_WRONLY | os.O_CREAT | _FILE_FLAGS, 0o644, dir_fd=dir_fd)
+    except IsADirectoryError as exc:
+        raise UnsafePathError(f"{rel!r} is a folder") from exc
+    except OSError as exc:
+        if _is_link(dir_fd, parts[-1]):
+            raise UnsafePathError(f"{rel!r} is a symbolic link") from exc
+        raise
+    finally:
+        os.close(dir_fd)
+    with os.fdopen(fd, "wb") as fh:
+        _check_regular(fd, rel, max_bytes=1 << 62)
+        os.ftruncate(fd, 0)
+        fh.write(data)
+
+
+def is_dir(root: Path, rel: str) -> bool:
+    """`rel` is a real folder (not a link to one)."""
+    mode = _entry_mode(root, rel)
+    return mode is not None and stat.S_ISDIR(mode)
+
+
+def walk_files(root: Path, rel: str = "") -> Iterator[str]:
+    """Regular files under the folder `rel` (relative paths), links and special files
+    left out; an unreadable folder is skipped."""
+    base = root.joinpath(*_parts(rel)) if rel else root
+    if not is_dir(root, rel):
+        return
+    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
+        here = Path(dirpath)
+        dirnames[:] = [d for d in dirnames if not (here / d).is_symlink()]
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                if stat.S_ISREG(os.lstat(here / name).st_mode):
+                    yield (here / name).relative_to(root).as_posix()
