@@ -55,3 +55,12 @@ def test_final_score_pays_the_final_progress_on_the_last_turn():
     assert turn_rewards(partial, RewardSection(kind="final_score")) == pytest.approx([0.0, 0.6])
     won = _traj([0.2, 1.0], [OK, OK], won=True)
     assert turn_rewards(won, RewardSection(kind="final_score")) == [0.0, 1.0]
+
+
+def test_dense_pays_gains_from_the_progress_at_reset():
+    from tripod.rewards import turn_rewards
+
+    # an SWE task whose 5 tests start with 4 passing: fixing the fifth is worth 0.2, not 1.0
+    t = _traj([0.8, 1.0], [OK, OK], won=True)
+    t.start_progress = 0.8
+    assert turn_rewards(t, RewardSection(kind="dense")) == pytest.approx([0.0, 0.2])

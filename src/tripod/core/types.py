@@ -88,6 +88,9 @@ class Trajectory:
     won: bool = False
     lost: bool = False
     max_score: float = 1.0
+    start_progress: float = 0.0
+    """`info.progress` at reset (an SWE task starts with most of its tests passing): dense
+    rewards pay gains from here, not from 0."""
     end: EpisodeEnd = EpisodeEnd.MAX_TURNS
     error: str | None = None
 

@@ -1,6 +1,7 @@
 """The environment pillar's contract: a text-level, Gymnasium-shaped episode API.
 
-An `Env` knows nothing about tokens. `reset(seed)` starts the episode for game number `seed`
+An `Env` knows nothing about tokens. `reset(game_index)` starts the episode for game number
+`game_index`
 of the env's split and returns the first observation with a typed `StepInfo`; `step(action)`
 applies one action (free text) and returns a `Step`. `terminated` means the game ended (won
 or lost); `truncated` means it was cut short from outside (turn cap, time-out).
@@ -80,8 +81,9 @@ class Env(Protocol):
     env_id: str
     split: str
 
-    def reset(self, seed: int) -> tuple[str, StepInfo]:
-        """Start game number `seed` of this env's split; returns (observation, info)."""
+    def reset(self, game_index: int) -> tuple[str, StepInfo]:
+        """Start game number `game_index` of this env's split (not an RNG seed: the game is
+        a pure function of split and index); returns (observation, info)."""
         ...
 
     def step(self, action: str) -> Step:

@@ -183,6 +183,7 @@ class RolloutEngine:
             ep.done = True
             return ep
         traj.objective, traj.first_observation, traj.max_score = info.objective, obs, info.max_score
+        traj.start_progress = info.progress
         ep.observation, ep.info = obs, info
         ep.context = render_prompt_ids(self.policy.tokenizer, self._messages(ep))
         return ep

@@ -7,7 +7,8 @@ Worked example (dense, a game with max_score 4, won in 3 turns, second action in
     1      1             0.25       0.25 - 0.25 = 0.00    -0.10
     2      4 (won)       1.00       1.00 - 0.25 = 0.75    0.75
 
-Dense rewards are progress gains normalised by the game's own max score (`progress` is
+Dense rewards are progress gains (from the progress at reset, 0 for a text game; an SWE
+task starts with most of its tests passing) normalised by the game's own max score (`progress` is
 score / max_score for TextWorld), so a won episode sums to 1 and a losing one to less (the
 paper normalises the same way). Sparse gives [0, 0, 1]. `final_score` gives [0, 0, 1.0]: the
 progress reached at the end (for an SWE task, the share of its tests passing: 3 of 5 passing
@@ -36,7 +37,7 @@ def turn_rewards(traj: Trajectory, cfg: RewardSection) -> list[float]:
         final = traj.turns[-1].progress if cfg.kind == "final_score" else 0.0
         rewards[-1] = 1.0 if traj.won else min(max(final, 0.0), 1.0)
     else:
-        progress = [0.0] + [t.progress for t in traj.turns]
+        progress = [traj.start_progress] + [t.progress for t in traj.turns]
         rewards = [progress[k + 1] - progress[k] for k in range(n)]
     if traj.lost:
         rewards[-1] += cfg.lost_penalty

@@ -66,10 +66,16 @@ SWE_INSTRUCTION = (
 """The answer format of SWE envs: one tool call per reply, parsed by `parse_tool_call` from
 the whole reply (multi-line edit blocks included)."""
 
+def _prepare(env_id: str, split: str, games: list[int], options: dict) -> None:
+    """The registry's preparation hook: generate (or find cached) the default suite before a
+    run starts, rather than inside the first episode's reset."""
+    prepare_suite(options.get("seed", 0))
+
+
 register(r"swe/generated(-(easy|medium|hard))?", make_generated,
          ("swe/generated", "swe/generated-easy", "swe/generated-hard"),
          "Seeded bugs in real PyPI projects; tools + sandboxed, test-verified rewards",
-         action_parser=whole_reply_action, instruction=SWE_INSTRUCTION)
+         action_parser=whole_reply_action, instruction=SWE_INSTRUCTION, prepare=_prepare)
 register(r"swe/file:.+", make_from_file, ("swe/file:tasks.jsonl",),
          "SWE-Gym / SWE-bench format task file (local or docker workspaces)",
          action_parser=whole_reply_action, instruction=SWE_INSTRUCTION)
