@@ -30,6 +30,9 @@ SMALL = ["model.name=tiny", "sft.games=3", "sft.recovery_games=1", "sft.epochs=1
 EXTRA = {
     # the tw-simple expert needs more than 4 turns to win: demonstrations keep the full cap
     "textworld-simple-density": ["sft.max_turns=24"],
+    # the planner expert needs up to ~20 turns; one game per evaluated task type
+    **{f"alfworld-{n}": ["sft.max_turns=24", "eval.games=1"]
+       for n in ("sft-ppo", "diversity-single", "diversity-mix")},
 }
 
 
