@@ -35,7 +35,7 @@ from tripod.policy.chat import (
     turn_delta_text,
 )
 from tripod.policy.models import Policy
-from tripod.policy.sampler import RowState, Sample, SamplingParams, decode, extend
+from tripod.policy.sampler import RowState, Sample, SamplingParams, sample_turn
 
 Actor = Callable[[str | None, list[str] | None, torch.Generator], tuple[str, bool]]
 """A scripted policy: (expert_action, admissible_actions, rng) -> (action text, trainable)."""
@@ -196,12 +196,10 @@ class RolloutEngine:
 
     # -- one turn for every active episode -------------------------------------------------
     def _sample(self, active: list[_Episode], sampling: SamplingParams) -> list[Sample]:
-        model = self.policy.model
-        for ep in active:
-            extend(model, ep.row, ep.context[ep.row.length:])
-        return decode(model, [ep.row for ep in active], sampling,
-                      [ep.generator for ep in active], self.policy.eos_token_ids,
-                      self.policy.pad_token_id)
+        return sample_turn(self.policy.model, [ep.row for ep in active],
+                           [ep.context for ep in active], sampling,
+                           [ep.generator for ep in active], self.policy.eos_token_ids,
+                           self.policy.pad_token_id)
 
     def _scripted(self, active: list[_Episode], actor: Actor) -> list[Sample]:
         tok, eos = self.policy.tokenizer, self.policy.eos_token_ids[0]
