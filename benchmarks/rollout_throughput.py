@@ -35,8 +35,9 @@ through the model outside decoding), and the FLOP limit: the model arithmetic th
 work needs (linear layers, attention over each token's context, LM head once per sampled
 token; tokens shared by identical first prompts count once) divided by the fp32 matmul peak
 measured in the same run (`torch.mm`, best of a few shapes, at start and end). Efficiency =
-FLOP limit / wall time. The load average is printed before and after each timed run: on a
-machine shared with other jobs, compare ratios within one run, not absolute times.
+FLOP limit / wall time. The load average is printed before and after each timed run, and the
+CPU time of this process (env child processes excluded): on a machine shared with other
+jobs, compare ratios within one run, not absolute times.
 
 `--quick` is a reduced run for tests (tiny model, `toy/letters-3`, 4 episodes): it checks the
 script end to end; its numbers mean nothing.
@@ -316,11 +317,12 @@ def run_paths(policy: Policy, args: argparse.Namespace) -> dict[str, Any]:
             _progress(f"{p}: warm-up (env start-up included) {time.perf_counter() - start:.1f} s")
         for r in range(args.repeats):
             for p in (args.paths if r % 2 == 0 else args.paths[::-1]):
-                before, start = _load(), time.perf_counter()
+                before, start, cpu = _load(), time.perf_counter(), time.process_time()
                 trajs, steps, arena = runners[p](args.jobs, sampling, args.max_turns)
                 seconds = time.perf_counter() - start
                 results[p].append(_summary(p, seconds, trajs, steps, arena, fm, peaks[0],
                                            (before, _load())))
+                results[p][-1]["cpu_seconds"] = time.process_time() - cpu
                 actions.setdefault(p, [[u.action_ids for u in t.turns] for t in trajs])
                 _progress(f"{p} (round {r + 1}): {seconds:.1f} s, load {before[0]}")
     finally:
@@ -368,14 +370,16 @@ def _print(report: dict[str, Any]) -> None:
           f"loadavg before={m['loadavg_before']} after={m['loadavg_after']}")
     print(f"setup: {report['setup']}")
     head = (f"  {'path':>13} {'s':>7} {'ep/s':>6} {'steps/s':>7} {'gen tok/s':>9} "
-            f"{'prefill tok/s':>13} {'TFLOP':>6} {'limit s':>7} {'eff':>5} {'load':>5}")
+            f"{'prefill tok/s':>13} {'TFLOP':>6} {'limit s':>7} {'eff':>5} {'load':>5} "
+            f"{'cpu s':>6}")
     print(head)
     for p, runs in report["runs"].items():
         for s in runs:
             print(f"  {p:>13} {s['seconds']:7.1f} {s['episodes_per_s']:6.3f} "
                   f"{s['env_steps_per_s']:7.2f} {s['tokens_per_s']:9.1f} "
                   f"{s['prefill_tokens_per_s']:13.0f} {s['model_tflop']:6.2f} "
-                  f"{s['flop_limit_s']:7.1f} {s['efficiency']:5.0%} {s['loadavg_before'][0]:5.1f}")
+                  f"{s['flop_limit_s']:7.1f} {s['efficiency']:5.0%} {s['loadavg_before'][0]:5.1f} "
+                  f"{s['cpu_seconds']:6.1f}")
         s = runs[0]
         print(f"  {'':>13} {s['episodes']} episodes, {s['turns']} turns, {s['env_steps']} env "
               f"steps, {s['generated_tokens']} generated, {s['prefill_tokens']} prefill tokens"
