@@ -1,40 +1,46 @@
-"""Rollout throughput: tripod's batched `RolloutEngine` against a naive HF `generate` loop.
+"""Multi-turn rollout throughput: each speed-up of tripod's `RolloutEngine`, measured apart.
 
-    python benchmarks/rollout_throughput.py [--episodes 16] [--max-turns 12] \
-        [--max-new-tokens 16] [--temperature 0.7] [--model smollm2-135m|PATH] [--json] \
-        [--truncated-action end|step] [--threads N]
+    python benchmarks/rollout_throughput.py [--model smollm2-135m|tiny|PATH] [--episodes 16]
+        [--group-size 1] [--max-turns 12] [--max-new-tokens 16] [--temperature 0.7]
+        [--truncated-action step|end] [--paths engine,serial-env,...] [--repeats 1]
+        [--threads 2] [--json] [--quick]
 
-Both paths play the same episodes: game indices 0..N-1 of the `test` split of
-`textworld/w2-o3-q4` (`--env`), one episode each, with the same prompt formatting
-(`tripod.policy.chat.build_messages` / `render_prompt_ids`, full history), the same sampling
-(temperature, no top-k / top-p, `--max-new-tokens`), the same turn cap, the same stop tokens
-(`policy.eos_token_ids`, i.e. `<|im_end|>`), the same action parsing (`parse_action`) and the
-paper's rule that a reply without the end-of-turn token ends the episode (no env step).
+Every path plays the same jobs (games 0..G-1 of the `test` split of `--env`, `--group-size`
+episodes each, the same per-episode sampling seeds), with the same prompt formatting (full
+history), sampling, turn cap, stop tokens and action parsing:
 
-(a) engine: `RolloutEngine` with batch_size = N (all episodes at once) and
-    history_window None, so each episode's KV cache is reused across turns: a turn only
-    prefills the new observation, and decoding is batched over the active episodes.
-(b) naive: one episode at a time; every turn the whole chat is re-rendered, re-tokenized and
-    re-encoded from scratch by `model.generate` (batch 1, fresh cache).
+- `engine`: the engine as used in training: all episodes in one batch, each episode's keys
+  and values kept across turns (only new tokens are prefilled), envs stepped in threads.
+- `serial-env`: the same, but env steps run one at a time (a lock around `Env.step`):
+  engine / serial-env is the gain from stepping envs in parallel.
+- `no-reuse`: the same batch, but every turn forgets the cache and prefills the whole
+  context again: engine / no-reuse is the gain from reusing the KV cache across turns.
+- `one-at-a-time`: the engine with batch size 1 (cache reuse kept): engine / one-at-a-time
+  is the gain from batching.
+- `naive`: one episode at a time with Hugging Face `generate`, the whole chat re-rendered
+  and re-encoded every turn (what a straightforward agent loop does).
 
-What is timed: model work, env steps and all bookkeeping from the first reset to the last
-step. What is not: game generation (`prepare_games` runs first) and TextWorld process
-start-up (about 2.5 s per env process; the engine starts one per parallel episode, the naive
-loop one in total). A warm-up before timing starts every env process and runs the model once
-on each path; the env start-up time is measured during that warm-up and reported separately.
+The four engine paths sample with the same per-episode generators, so they replay the same
+episodes (the script checks and prints whether the actions were identical): their time
+ratios compare equal work. `naive` samples differently; compare its tokens/s and its FLOP
+efficiency.
 
-Figures: episodes/s, env steps/s and generated tokens/s (every sampled token, the
-end-of-turn token included), and the engine/naive ratio of each. The two paths sample
-independently, so their episodes differ in length and token count: compare tokens/s first;
-episodes/s and steps/s depend on how long the episodes are. Base SmolLM2 rarely stops with
-a game command inside a short reply, so with the paper's rule most of its episodes end on the
-first turn (few env steps, short contexts: the KV cache reuse barely shows). For figures
-representative of RL rollouts pass a fine-tuned model folder (`--model PATH`, e.g. an SFT
-checkpoint), or `--truncated-action step` to keep stepping with truncated replies (then both
-paths send the parsed text to the env and episodes run to the turn cap).
+Fairness: before any timing, every path runs the same warm-up (all jobs, one turn, two
+tokens), which also starts the env processes (TextWorld runs each game in a child process;
+start-up is excluded, as is game generation). Then `--repeats` rounds time every path, the
+order reversed on odd rounds (A B C, C B A, ...), so drift in machine load hits all paths.
 
-Both paths share the CPU with anything else running: the load average before and after is
-printed; figures taken with a load above the core count are not comparable to idle ones.
+Figures per path: episodes/s, env steps/s, generated tokens/s, prefill tokens/s (tokens run
+through the model outside decoding), and the FLOP limit: the model arithmetic the path's
+work needs (linear layers, attention over each token's context, LM head once per sampled
+token; tokens shared by identical first prompts count once) divided by the fp32 matmul peak
+measured in the same run (`torch.mm`, best of a few shapes, at start and end). Efficiency =
+FLOP limit / wall time. The load average is printed before and after each timed run, and the
+CPU time of this process (env child processes excluded): on a machine shared with other
+jobs, compare ratios within one run, not absolute times.
+
+`--quick` is a reduced run for tests (tiny model, `toy/letters-3`, 4 episodes): it checks the
+script end to end; its numbers mean nothing.
 """
 
 from __future__ import annotations
@@ -46,240 +52,412 @@ import os
 import platform
 import shlex
 import sys
+import threading
 import time
-from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from tripod.core.types import EpisodeEnd
+from tripod.core.types import EpisodeJob, Trajectory, Turn, TurnStatus
 from tripod.envs import make
-from tripod.envs.textworld import prepare_games
 from tripod.policy.chat import PromptConfig, build_messages, parse_action, render_prompt_ids
 from tripod.policy.models import Policy, load_policy
 from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
-from tripod.policy.sampler import SamplingParams
+from tripod.policy.sampler import ArenaStats, RowState, SamplingParams
 
 SEED = 1234
+PATHS = ("engine", "serial-env", "no-reuse", "one-at-a-time", "naive")
 
 
 def _progress(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
-def _summary(name: str, seconds: float, episodes: int, steps: int, tokens: int,
-             turns: int, prefill: int, ends: Counter) -> dict[str, Any]:
-    return {
-        "path": name, "seconds": seconds, "episodes": episodes, "env_steps": steps,
-        "generated_tokens": tokens, "turns": turns, "prefill_tokens": prefill,
-        "episodes_per_s": episodes / seconds, "env_steps_per_s": steps / seconds,
-        "tokens_per_s": tokens / seconds,
-        "tokens_per_turn": tokens / max(turns, 1), "turns_per_episode": turns / max(episodes, 1),
-        "ends": dict(sorted(ends.items())),
-    }
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
 
 
-# -- (a) the engine -----------------------------------------------------------------------
-def run_engine(policy: Policy, args: argparse.Namespace, sampling: SamplingParams
-               ) -> tuple[dict[str, Any], float]:
-    """Returns (summary of the timed run, env start-up seconds measured in the warm-up)."""
-    cfg = RolloutConfig(max_turns=args.max_turns, batch_size=args.episodes,
-                        truncated_action=args.truncated_action,
-                        prompt=PromptConfig(history_window=None))
-    engine = RolloutEngine(policy, cfg)
-    jobs = make_jobs(args.env, "test", list(range(args.episodes)), group_size=1, seed=SEED)
-    try:
-        # Warm-up: one turn of two tokens starts all N env processes (kept idle by the engine
-        # and reused below) and runs the model once.
-        engine.cfg = dataclasses.replace(cfg, max_turns=1)
-        start = time.perf_counter()
-        engine.collect(jobs, dataclasses.replace(sampling, max_new_tokens=2))
-        startup = time.perf_counter() - start
-        engine.cfg = cfg
-        _progress(f"engine: warm-up done in {startup:.1f} s; timing {len(jobs)} episodes")
-        if sum(len(v) for v in engine._idle.values()) < args.episodes:
-            print("warning: not every env survived the warm-up; start-up is partly timed",
-                  file=sys.stderr)
+# -- the machine's matmul peak -------------------------------------------------------------
+def matmul_peak() -> float:
+    """Best fp32 GFLOP/s of `torch.mm` over a few shapes (one of them the model's MLP)."""
+    best = 0.0
+    for m, k, n in ((1024, 1024, 1024), (2048, 2048, 2048), (512, 576, 1536)):
+        a, b = torch.randn(m, k), torch.randn(k, n)
+        torch.mm(a, b)
+        reps, start = 0, time.perf_counter()
+        while reps < 3 or time.perf_counter() - start < 0.5:
+            torch.mm(a, b)
+            reps += 1
+        best = max(best, 2 * m * k * n * reps / (time.perf_counter() - start) / 1e9)
+    return best
+
+
+# -- model arithmetic of a path's work -------------------------------------------------------
+@dataclasses.dataclass
+class FlopModel:
+    """Forward FLOPs of a decoder-only transformer, per token."""
+
+    linear: float
+    """Matmuls of every layer's projections and MLP, per token."""
+    attention: float
+    """Scores and weighted sum per layer, per (token, key) pair."""
+    head: float
+    """LM head, per token whose logits are needed."""
+
+    @classmethod
+    def of(cls, model: torch.nn.Module) -> FlopModel:
+        c = model.config.get_text_config()
+        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        kv = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        q = c.num_attention_heads * hd
+        per_layer = 2 * c.hidden_size * (2 * q + 2 * kv * hd) + 6 * c.hidden_size * c.intermediate_size
+        return cls(linear=c.num_hidden_layers * per_layer,
+                   attention=c.num_hidden_layers * 4 * q, head=2 * c.hidden_size * c.vocab_size)
+
+    def tokens(self, start: int, end: int) -> float:
+        """Running positions start..end-1 (each attends to itself and all before it)."""
+        n = end - start
+        keys = (start + 1 + end) * n / 2
+        return n * self.linear + keys * self.attention
+
+
+def work_flops(fm: FlopModel, trajs: list[Trajectory], reuse: bool) -> tuple[float, int]:
+    """(FLOPs, prefill tokens) the path's work needs.
+
+    With `reuse` every context token is run once, and a first prompt identical to one seen
+    before (another member of the same group) is not run again; without, every turn runs
+    its whole prompt. Sampled tokens but each turn's last are run while decoding; every
+    sampled token needed the LM head once.
+    """
+    flops, prefill, seen = 0.0, 0, set()
+    for t in trajs:
+        done = 0  # positions of this episode already run (reuse only)
+        for turn in t.turns:
+            end = len(turn.prompt_ids)
+            start = done if reuse else 0
+            if reuse and done == 0:
+                first = tuple(turn.prompt_ids)
+                start = end if first in seen else 0
+                seen.add(first)
+            flops += fm.tokens(start, end) + fm.tokens(end, end + len(turn.action_ids) - 1)
+            flops += len(turn.action_ids) * fm.head
+            prefill += end - start
+            done = end + len(turn.action_ids) - 1
+    return flops, prefill
+
+
+# -- the paths -------------------------------------------------------------------------------
+class _CountingEngine(RolloutEngine):
+    """Collects the sampler's arena statistics (prefill padding, shared tokens)."""
+
+    def __init__(self, *args: Any, reuse: bool = True, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reuse = reuse
+        self.arenas: dict[int, Any] = {}
+
+    def _sample(self, active, sampling):
+        if not self.reuse:  # forget every cache: the whole context is prefilled again
+            for ep in active:
+                ep.row = RowState()
+        samples = super()._sample(active, sampling)
+        arena = active[0].row.arena
+        self.arenas[id(arena)] = arena
+        return samples
+
+    def arena_stats(self) -> ArenaStats:
+        total = ArenaStats()
+        for arena in self.arenas.values():
+            for f in dataclasses.fields(ArenaStats):
+                setattr(total, f.name, getattr(total, f.name) + getattr(arena.stats, f.name))
+        return total
+
+
+class _SerialEnv:
+    """An env whose steps take a lock shared by all episodes (no two step at once)."""
+
+    def __init__(self, env, lock: threading.Lock) -> None:
+        self.env, self.lock = env, lock
+
+    def reset(self, game_index: int):
+        return self.env.reset(game_index)
+
+    def step(self, action: str):
+        with self.lock:
+            return self.env.step(action)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _engine_runner(policy: Policy, args: argparse.Namespace, path: str
+                   ) -> Callable[[list[EpisodeJob], SamplingParams, int], tuple]:
+    batch = 1 if path == "one-at-a-time" else len(args.jobs)
+    factory = None
+    if path == "serial-env":
+        lock = threading.Lock()
+        factory = lambda job: _SerialEnv(make(job.env_id, split=job.split), lock)  # noqa: E731
+    engine = _CountingEngine(policy, RolloutConfig(batch_size=batch), env_factory=factory,
+                             reuse=path != "no-reuse")
+
+    def run(jobs: list[EpisodeJob], sampling: SamplingParams, max_turns: int) -> tuple:
+        engine.cfg = RolloutConfig(max_turns=max_turns, batch_size=batch,
+                                   truncated_action=args.truncated_action,
+                                   prompt=PromptConfig(history_window=None))
+        engine.arenas.clear()
         trajs, stats = engine.collect(jobs, sampling)
-    finally:
-        engine.close()
-    turns = sum(t.num_turns for t in trajs)
-    prefill = 0
-    for t in trajs:  # tokens fed by `extend` = final context minus tokens fed while decoding
-        if t.turns:
-            prefill += len(t.turns[-1].prompt_ids) - sum(
-                len(u.action_ids) - 1 for u in t.turns[:-1])
-    ends = Counter(str(t.end) for t in trajs)
-    return _summary("engine", stats.seconds, stats.episodes, stats.env_steps,
-                    stats.generated_tokens, turns, prefill, ends), startup
+        return trajs, stats.env_steps, engine.arena_stats()
+
+    run.close = engine.close  # type: ignore[attr-defined]
+    return run
 
 
-# -- (b) the naive loop -------------------------------------------------------------------
 @torch.no_grad()
 def _generate(policy: Policy, ids: list[int], sampling: SamplingParams) -> tuple[list[int], bool]:
     """One reply with HF generate, the whole prompt encoded from scratch (batch 1)."""
-    model = policy.model
     input_ids = torch.tensor([ids], device=policy.device)
     kwargs: dict[str, Any] = {"do_sample": False}
-    if not sampling.greedy:  # plain tempered sampling, as the engine: no top-k, top-p 1
+    if not sampling.greedy:
         kwargs = {"do_sample": True, "temperature": sampling.temperature, "top_k": 0,
                   "top_p": sampling.top_p}
-    out = model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
-                         max_new_tokens=sampling.max_new_tokens,
-                         eos_token_id=list(policy.eos_token_ids),
-                         pad_token_id=policy.pad_token_id, **kwargs)
+    out = policy.model.generate(input_ids, attention_mask=torch.ones_like(input_ids),
+                                max_new_tokens=sampling.max_new_tokens,
+                                eos_token_id=list(policy.eos_token_ids),
+                                pad_token_id=policy.pad_token_id, **kwargs)
     new = out[0, len(ids):].tolist()
-    for i, tok in enumerate(new):  # stop at the first end-of-turn token (no padding at batch 1)
+    for i, tok in enumerate(new):  # stop at the first end-of-turn token
         if tok in policy.eos_token_ids:
             return new[:i + 1], True
     return new, False
 
 
-def _naive_episode(policy: Policy, env, game: int, args: argparse.Namespace,
-                   sampling: SamplingParams, prompt: PromptConfig) -> dict[str, Any]:
-    obs, info = env.reset(game)
-    objective, first_obs = info.objective, obs
+def _naive_episode(policy: Policy, env, job: EpisodeJob, sampling: SamplingParams,
+                   max_turns: int, truncated_action: str) -> tuple[Trajectory, int]:
+    """Returns a trajectory (prompt and action ids per turn) and the env steps taken."""
+    obs, info = env.reset(job.game_index)
+    traj = Trajectory(job.env_id, job.split, job.game_index, job.group_id, job.episode_id,
+                      job.sample_seed, objective=info.objective, first_observation=obs)
     history: list[tuple[str, str]] = []
-    tokens = steps = turns = prefill = 0
-    end = EpisodeEnd.MAX_TURNS
-    for _ in range(args.max_turns):
-        ids = render_prompt_ids(policy.tokenizer,
-                                build_messages(prompt, objective, first_obs, history))
+    steps = 0
+    for _ in range(max_turns):
+        ids = render_prompt_ids(policy.tokenizer, build_messages(
+            PromptConfig(history_window=None), info.objective, traj.first_observation, history))
         reply, ended = _generate(policy, ids, sampling)
-        turns, tokens, prefill = turns + 1, tokens + len(reply), prefill + len(ids)
         action = parse_action(policy.tokenizer.decode(reply, skip_special_tokens=True))
-        if not ended and args.truncated_action == "end":
-            end = EpisodeEnd.TRUNCATED_ACTION  # the paper's rule: no env step
-            break
+        traj.turns.append(Turn(prompt_ids=ids, action_ids=reply, logprobs=[0.0] * len(reply),
+                               action_text=action, observation="", reward=0.0,
+                               status=TurnStatus.OK))
+        if not ended and truncated_action == "end":
+            break  # the paper's rule: a reply without the end-of-turn token ends the episode
         step = env.step(action)
         steps += 1
-        if step.terminated or step.info.won or step.info.lost:
-            end = EpisodeEnd.WON if step.info.won else EpisodeEnd.LOST
-            break
-        if step.truncated:
-            end = EpisodeEnd.ENV_TRUNCATED
+        if step.terminated or step.truncated or step.info.won or step.info.lost:
             break
         history.append((action, step.observation))
-    return {"tokens": tokens, "steps": steps, "turns": turns, "prefill": prefill,
-            "end": str(end)}
+    return traj, steps
 
 
-def run_naive(policy: Policy, args: argparse.Namespace, sampling: SamplingParams
-              ) -> tuple[dict[str, Any], float]:
-    prompt = PromptConfig(history_window=None)
-    model = policy.model
-    was_training = model.training
-    model.eval()
-    start = time.perf_counter()
+def _naive_runner(policy: Policy, args: argparse.Namespace
+                  ) -> Callable[[list[EpisodeJob], SamplingParams, int], tuple]:
     env = make(args.env, split="test")
-    try:
-        env.reset(0)  # starts the game process (not timed below)
-        startup = time.perf_counter() - start
-        _generate(policy, [policy.eos_token_ids[0]] * 8,  # model warm-up
-                  dataclasses.replace(sampling, max_new_tokens=2))
+
+    def run(jobs: list[EpisodeJob], sampling: SamplingParams, max_turns: int) -> tuple:
+        was_training = policy.model.training
+        policy.model.eval()
         torch.manual_seed(SEED)
-        results = []
-        start = time.perf_counter()
-        _progress(f"naive: warm-up done in {startup:.1f} s; timing {args.episodes} episodes")
-        for game in range(args.episodes):
-            results.append(_naive_episode(policy, env, game, args, sampling, prompt))
-            r = results[-1]
-            _progress(f"naive: game {game}: {r['turns']} turns, {r['tokens']} tokens, "
-                      f"{r['end']} ({time.perf_counter() - start:.1f} s so far)")
-        seconds = time.perf_counter() - start
+        trajs, steps = [], 0
+        try:
+            for job in jobs:
+                traj, n = _naive_episode(policy, env, job, sampling, max_turns,
+                                         args.truncated_action)
+                trajs.append(traj)
+                steps += n
+        finally:
+            policy.model.train(was_training)
+        return trajs, steps, None
+
+    run.close = env.close  # type: ignore[attr-defined]
+    return run
+
+
+# -- timing and report -------------------------------------------------------------------------
+def _summary(path: str, seconds: float, trajs: list[Trajectory], steps: int,
+             arena: ArenaStats | None, fm: FlopModel, peak: float,
+             load: tuple[list[float], list[float]]) -> dict[str, Any]:
+    flops, prefill = work_flops(fm, trajs, reuse=path not in ("no-reuse", "naive"))
+    tokens = sum(len(u.action_ids) for t in trajs for u in t.turns)
+    limit = flops / (peak * 1e9)
+    return {
+        "path": path, "seconds": seconds, "episodes": len(trajs), "env_steps": steps,
+        "turns": sum(t.num_turns for t in trajs), "generated_tokens": tokens,
+        "prefill_tokens": prefill, "episodes_per_s": len(trajs) / seconds,
+        "env_steps_per_s": steps / seconds, "tokens_per_s": tokens / seconds,
+        "prefill_tokens_per_s": prefill / seconds, "model_tflop": flops / 1e12,
+        "flop_limit_s": limit, "efficiency": limit / seconds,
+        "arena": dataclasses.asdict(arena) if arena else None,
+        "loadavg_before": load[0], "loadavg_after": load[1],
+    }
+
+
+def run_paths(policy: Policy, args: argparse.Namespace) -> dict[str, Any]:
+    """Warm every path up identically, then time them in alternating order."""
+    sampling = SamplingParams(temperature=args.temperature, top_p=1.0,
+                              max_new_tokens=args.max_new_tokens)
+    warm = dataclasses.replace(sampling, max_new_tokens=2)
+    runners = {p: _naive_runner(policy, args) if p == "naive" else _engine_runner(policy, args, p)
+               for p in args.paths}
+    fm = FlopModel.of(policy.model)
+    peaks = [matmul_peak()]
+    results: dict[str, list[dict[str, Any]]] = {p: [] for p in args.paths}
+    actions: dict[str, list] = {}
+    try:
+        for p, run in runners.items():
+            start = time.perf_counter()
+            run(args.jobs, warm, 1)
+            _progress(f"{p}: warm-up (env start-up included) {time.perf_counter() - start:.1f} s")
+        for r in range(args.repeats):
+            for p in (args.paths if r % 2 == 0 else args.paths[::-1]):
+                before, start, cpu = _load(), time.perf_counter(), time.process_time()
+                trajs, steps, arena = runners[p](args.jobs, sampling, args.max_turns)
+                seconds = time.perf_counter() - start
+                results[p].append(_summary(p, seconds, trajs, steps, arena, fm, peaks[0],
+                                           (before, _load())))
+                results[p][-1]["cpu_seconds"] = time.process_time() - cpu
+                actions.setdefault(p, [[u.action_ids for u in t.turns] for t in trajs])
+                _progress(f"{p} (round {r + 1}): {seconds:.1f} s, load {before[0]}")
     finally:
-        env.close()
-        model.train(was_training)
-    return _summary("naive", seconds, len(results), sum(r["steps"] for r in results),
-                    sum(r["tokens"] for r in results), sum(r["turns"] for r in results),
-                    sum(r["prefill"] for r in results),
-                    Counter(r["end"] for r in results)), startup
+        for run in runners.values():
+            run.close()
+    peaks.append(matmul_peak())
+    peak = sum(peaks) / len(peaks)
+    for runs in results.values():  # FLOP limits against the run's mean peak
+        for s in runs:
+            s["flop_limit_s"] = s["model_tflop"] * 1e3 / peak
+            s["efficiency"] = s["flop_limit_s"] / s["seconds"]
+    engine_paths = [p for p in args.paths if p != "naive"]
+    same = all(actions[p] == actions[engine_paths[0]] for p in engine_paths)
+    return {"runs": results, "matmul_peak_gflops": peaks, "engine_paths_same_actions": same}
 
 
-# -- report ---------------------------------------------------------------------------------
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
+def _median(runs: list[dict[str, Any]], key: str) -> float:
+    values = sorted(s[key] for s in runs)
+    mid = len(values) // 2
+    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
-def _print_path(s: dict[str, Any]) -> None:
-    print(f"  {s['path']:>6}: {s['seconds']:7.1f} s | {s['episodes_per_s']:6.3f} episodes/s | "
-          f"{s['env_steps_per_s']:6.2f} env steps/s | {s['tokens_per_s']:7.1f} tokens/s")
-    print(f"          {s['episodes']} episodes, {s['env_steps']} env steps, {s['turns']} turns "
-          f"({s['turns_per_episode']:.2f}/episode), {s['generated_tokens']} generated tokens "
-          f"({s['tokens_per_turn']:.1f}/turn), {s['prefill_tokens']} prefill tokens; "
-          f"ends: {s['ends']}")
+def ratios(results: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+    """engine / other on the median wall time (same episodes) or tokens/s (naive)."""
+    if "engine" not in results:
+        return {}
+    out = {}
+    for p, runs in results.items():
+        if p == "engine":
+            continue
+        if p == "naive":
+            out["tokens_per_s vs naive"] = (_median(results["engine"], "tokens_per_s")
+                                            / _median(runs, "tokens_per_s"))
+        else:
+            out[f"speed vs {p}"] = _median(runs, "seconds") / _median(results["engine"], "seconds")
+    return out
 
 
-def main() -> None:
+def _print(report: dict[str, Any]) -> None:
+    print(f"command: {report['command']}")
+    m = report["machine"]
+    print(f"machine: nproc={m['nproc']} torch_threads={m['torch_threads']} torch={m['torch']} "
+          f"dtype={m['dtype']} matmul peak {m['matmul_peak_gflops'][0]:.0f} / "
+          f"{m['matmul_peak_gflops'][1]:.0f} GFLOP/s (start / end) "
+          f"loadavg before={m['loadavg_before']} after={m['loadavg_after']}")
+    print(f"setup: {report['setup']}")
+    head = (f"  {'path':>13} {'s':>7} {'ep/s':>6} {'steps/s':>7} {'gen tok/s':>9} "
+            f"{'prefill tok/s':>13} {'TFLOP':>6} {'limit s':>7} {'eff':>5} {'load':>5} "
+            f"{'cpu s':>6}")
+    print(head)
+    for p, runs in report["runs"].items():
+        for s in runs:
+            print(f"  {p:>13} {s['seconds']:7.1f} {s['episodes_per_s']:6.3f} "
+                  f"{s['env_steps_per_s']:7.2f} {s['tokens_per_s']:9.1f} "
+                  f"{s['prefill_tokens_per_s']:13.0f} {s['model_tflop']:6.2f} "
+                  f"{s['flop_limit_s']:7.1f} {s['efficiency']:5.0%} {s['loadavg_before'][0]:5.1f} "
+                  f"{s['cpu_seconds']:6.1f}")
+        s = runs[0]
+        print(f"  {'':>13} {s['episodes']} episodes, {s['turns']} turns, {s['env_steps']} env "
+              f"steps, {s['generated_tokens']} generated, {s['prefill_tokens']} prefill tokens"
+              + (f"; arena {s['arena']}" if s["arena"] else ""))
+    print(f"engine paths replayed identical actions: {report['engine_paths_same_actions']}")
+    for k, v in report["ratios"].items():
+        print(f"  engine {k}: x{v:.2f}")
+
+
+def _args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--episodes", type=int, default=16,
-                        help="parallel episodes (engine batch size) = games 0..N-1")
-    parser.add_argument("--max-turns", type=int, default=12)
-    parser.add_argument("--max-new-tokens", type=int, default=16)
-    parser.add_argument("--temperature", type=float, default=0.7)
     parser.add_argument("--model", default="smollm2-135m",
                         help="smollm2-135m, tiny, or a local (fine-tuned) model folder")
     parser.add_argument("--env", default="textworld/w2-o3-q4")
-    parser.add_argument("--truncated-action", choices=("end", "step"), default="end",
-                        help="end: a reply without <|im_end|> ends the episode (the paper's "
-                             "rule); step: send its parsed text to the env anyway")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch threads (default: torch's own choice); on a loaded machine "
-                             "1 thread can beat 2")
+    parser.add_argument("--episodes", type=int, default=16)
+    parser.add_argument("--group-size", type=int, default=1,
+                        help="episodes per game (>1: group members share the first prompt)")
+    parser.add_argument("--max-turns", type=int, default=12)
+    parser.add_argument("--max-new-tokens", type=int, default=16)
+    parser.add_argument("--temperature", type=float, default=0.7)
+    parser.add_argument("--truncated-action", choices=("end", "step"), default="step",
+                        help="step (default): a reply without <|im_end|> is still sent to the "
+                             "env, so every turn has the full action budget (base SmolLM2 "
+                             "rarely stops); end: the paper's rule")
+    parser.add_argument("--paths", default=",".join(PATHS),
+                        help=f"comma-separated subset of {','.join(PATHS)}")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="timed rounds; odd rounds run the paths in reverse order")
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument("--quick", action="store_true",
+                        help="reduced run for tests: tiny model, toy env, 4 episodes, 2 turns")
     args = parser.parse_args()
-    if args.threads:
-        torch.set_num_threads(args.threads)
+    if args.quick:
+        args.model, args.env, args.episodes, args.group_size = "tiny", "toy/letters-3", 4, 2
+        args.max_turns, args.max_new_tokens, args.repeats = 2, 4, 2
+    args.paths = tuple(p for p in args.paths.split(",") if p)
+    unknown = set(args.paths) - set(PATHS)
+    if unknown or args.episodes % args.group_size:
+        parser.error(f"unknown paths {sorted(unknown)}" if unknown
+                     else "--episodes must be a multiple of --group-size")
+    return args
 
+
+def main() -> None:
+    args = _args()
+    torch.set_num_threads(args.threads)
     command = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
     load_before = _load()
-    start = time.perf_counter()
-    prepare_games(args.env, "test", range(args.episodes), progress=False)
-    games_s = time.perf_counter() - start
-    policy = load_policy(args.model)
-    dtype = str(next(policy.model.parameters()).dtype).removeprefix("torch.")
-    sampling = SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens)
+    games = list(range(args.episodes // args.group_size))
+    if args.env.startswith("textworld/"):
+        from tripod.envs.textworld import prepare_games
 
-    _progress(f"games ready ({games_s:.1f} s), {args.model} loaded")
-    engine, engine_startup = run_engine(policy, args, sampling)
-    _progress(f"engine: {engine['seconds']:.1f} s, {engine['turns']} turns, "
-              f"{engine['generated_tokens']} tokens")
-    naive, naive_startup = run_naive(policy, args, sampling)
-    ratios = {k: engine[k] / naive[k] if naive[k] else float("nan")
-              for k in ("episodes_per_s", "env_steps_per_s", "tokens_per_s")}
-    machine = {
-        "nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-        "torch": torch.__version__, "python": platform.python_version(),
-        "device": str(policy.device), "dtype": dtype,
-        "loadavg_before": load_before, "loadavg_after": _load(),
-    }
+        prepare_games(args.env, "test", games, progress=False)
+    args.jobs = make_jobs(args.env, "test", games, args.group_size, seed=SEED)
+    policy = load_policy(args.model)
+    measured = run_paths(policy, args)
     report = {
-        "command": command, "model": args.model, "env": args.env, "split": "test",
-        "games": f"0..{args.episodes - 1}", "episodes": args.episodes,
-        "max_turns": args.max_turns, "max_new_tokens": args.max_new_tokens,
-        "temperature": args.temperature, "truncated_action": args.truncated_action,
-        "machine": machine, "game_prep_s": games_s,
-        "env_startup_s_excluded": {"engine": engine_startup, "naive": naive_startup},
-        "engine": engine, "naive": naive, "ratio_engine_over_naive": ratios,
+        "command": command,
+        "setup": (f"{args.model} on {args.env} (test games 0..{len(games) - 1}, "
+                  f"{args.group_size} episode(s) each), max_turns={args.max_turns}, "
+                  f"max_new_tokens={args.max_new_tokens}, temperature={args.temperature}, "
+                  f"truncated replies: {args.truncated_action}, repeats={args.repeats}"),
+        "machine": {
+            "nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "python": platform.python_version(),
+            "dtype": str(next(policy.model.parameters()).dtype).removeprefix("torch."),
+            "matmul_peak_gflops": measured["matmul_peak_gflops"],
+            "loadavg_before": load_before, "loadavg_after": _load(),
+        },
+        "runs": measured["runs"],
+        "engine_paths_same_actions": measured["engine_paths_same_actions"],
+        "ratios": ratios(measured["runs"]),
     }
     if args.json:
         print(json.dumps(report, indent=2))
-        return
-    print(f"command: {command}")
-    print(f"machine: nproc={machine['nproc']} torch_threads={machine['torch_threads']} "
-          f"torch={machine['torch']} device={machine['device']} dtype={dtype} "
-          f"loadavg before={load_before} after={machine['loadavg_after']}")
-    print(f"setup: {args.model} on {args.env} (test games 0..{args.episodes - 1}, one episode "
-          f"each), max_turns={args.max_turns}, max_new_tokens={args.max_new_tokens}, "
-          f"temperature={args.temperature}, truncated replies: {args.truncated_action}")
-    print(f"excluded from timing: game prep {games_s:.1f} s; env start-up + warm-up "
-          f"{engine_startup:.1f} s (engine, {args.episodes} env processes), "
-          f"{naive_startup:.1f} s (naive, 1 env process)")
-    _print_path(engine)
-    _print_path(naive)
-    print(f"  engine/naive: episodes/s x{ratios['episodes_per_s']:.2f}, "
-          f"env steps/s x{ratios['env_steps_per_s']:.2f}, "
-          f"tokens/s x{ratios['tokens_per_s']:.2f}")
+    else:
+        _print(report)
 
 
 if __name__ == "__main__":

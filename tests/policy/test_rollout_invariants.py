@@ -1,8 +1,12 @@
 """Token-in-token-out invariants of the rollout engine (issue: foundation).
 
 (1) the agent tokens of the training row are exactly the sampled ids; (2) logprobs recomputed
-by the trainer's teacher-forced forward pass match the sampling logprobs (fp32, T=1) to 1e-4;
+by the trainer's teacher-forced forward pass match the sampling logprobs (fp32) to 1e-4;
 (3) the loss mask covers exactly the agent tokens; (4) episodes never share history.
+
+(2) is checked at the temperature every recipe trains with (0.7) and with nucleus sampling,
+not only at T=1, where a trainer that forgot to divide by the temperature would still agree
+with the sampler (issue 13).
 """
 
 from __future__ import annotations
@@ -15,19 +19,22 @@ from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.train.batch import collate, token_logprobs, trajectory_rows
 
+SAMPLING = [(1.0, 1.0), (0.7, 1.0), (0.7, 0.8)]
+"""(temperature, top_p) settings the logprob invariant is checked at."""
+
 
 def _play(policy, env_id, games, group, *, window=None, batch=8, tokens=12, turns=4, seed=0,
-          temperature=1.0, truncated="step"):
+          temperature=1.0, top_p=1.0, truncated="step"):
     cfg = RolloutConfig(max_turns=turns, batch_size=batch, truncated_action=truncated,
                         prompt=PromptConfig(history_window=window))
     engine = RolloutEngine(policy, cfg)
     jobs = make_jobs(env_id, "train", list(range(games)), group, seed)
-    trajs, stats = engine.collect(jobs, SamplingParams(temperature, 1.0, tokens))
+    trajs, stats = engine.collect(jobs, SamplingParams(temperature, top_p, tokens))
     engine.close()
     return trajs, stats
 
 
-def _check_invariants(policy, trajs, temperature=1.0):
+def _check_invariants(policy, trajs, temperature):
     rows = [r for t in trajs for r in trajectory_rows(t, [0.0] * t.num_turns)]
     batch = collate(rows, policy.pad_token_id)
     with torch.no_grad():
@@ -54,18 +61,22 @@ def _check_invariants(policy, trajs, temperature=1.0):
     return rows
 
 
-def test_invariants_tiny_full_history(tiny_policy_factory):
+@pytest.mark.parametrize(("temperature", "top_p"), SAMPLING)
+def test_invariants_tiny_full_history(tiny_policy_factory, temperature, top_p):
     policy = tiny_policy_factory()
-    trajs, stats = _play(policy, "toy/letters-3", games=3, group=3, turns=3)
+    trajs, stats = _play(policy, "toy/letters-3", games=3, group=3, turns=3,
+                         temperature=temperature, top_p=top_p)
     assert stats.generated_tokens > 0 and all(t.num_turns == 3 for t in trajs)
-    rows = _check_invariants(policy, trajs)
+    rows = _check_invariants(policy, trajs, temperature)
     assert len(rows) == len(trajs)  # full history: one row per episode
 
 
-def test_invariants_tiny_history_window(tiny_policy_factory):
+@pytest.mark.parametrize(("temperature", "top_p"), SAMPLING)
+def test_invariants_tiny_history_window(tiny_policy_factory, temperature, top_p):
     policy = tiny_policy_factory()
-    trajs, _ = _play(policy, "toy/letters-3", games=2, group=2, turns=3, window=1)
-    rows = _check_invariants(policy, trajs)
+    trajs, _ = _play(policy, "toy/letters-3", games=2, group=2, turns=3, window=1,
+                     temperature=temperature, top_p=top_p)
+    rows = _check_invariants(policy, trajs, temperature)
     assert len(rows) == sum(t.num_turns for t in trajs)  # a finite window: one row per turn
 
 
@@ -133,8 +144,9 @@ def test_truncated_reply_ends_episode(tiny_policy_factory):
 
 @pytest.mark.slow
 def test_invariants_smollm2_textworld(smollm2):
-    """The real model on a real game: invariants hold with the SmolLM2 chat template."""
+    """The real model on a real game, at the recipes' sampling: invariants hold with the
+    SmolLM2 chat template (groups share their first prompt: the prefix-sharing path)."""
     trajs, stats = _play(smollm2, "textworld/w2-o3-q4", games=2, group=2, tokens=10, turns=3,
-                         batch=4)
+                         batch=4, temperature=0.7, top_p=0.9)
     assert stats.episodes == 4
-    _check_invariants(smollm2, trajs)
+    _check_invariants(smollm2, trajs, 0.7)

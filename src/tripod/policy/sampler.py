@@ -1,11 +1,25 @@
-"""Batched sampling over per-episode KV caches (the engine under `policy.rollout`).
+"""Batched sampling over a preallocated KV arena (the engine under `policy.rollout`).
 
-Each episode keeps its own KV cache between turns (`RowState`). A turn first *extends* each
-row with the tokens the model has not seen yet (one batch-1 forward per row: prefill is
-compute-bound, so batching it gains little and would need padding), then *decodes* all rows
-together: the per-row caches are left-padded with zeros into one batch, attention masks hide
-the padding, and explicit position ids keep every row's positions exactly those of its
-unpadded sequence. Decoding is where batching pays (batch-1 decoding is overhead-bound).
+Why this shape (issue 15, profile in docs/performance.md): on a small CPU model the rollout
+is bound by host overhead and memory traffic, not arithmetic. So
+
+- every episode owns one *slot* of a `KVArena`: per layer one preallocated [S, H, L, D] key
+  and value buffer where cache index == position id. A turn writes its new keys in place;
+  nothing is concatenated, padded or split per step or per turn (growing per-row caches by
+  `torch.cat` copied the whole cache at every decode step);
+- a turn first *prefills* the tokens each episode has not seen yet (its first prompt, or the
+  last action's final token plus the template delta and observation), several rows per
+  forward pass, rows of similar length together (`_prefill_chunks`);
+- episodes whose first prompt is identical (the members of a group play the same game) are
+  prefilled once and the keys copied to the others (prefix sharing);
+- then all rows *decode* together: one forward per token for the whole batch, a 4D mask
+  hiding each row's positions beyond its own length, explicit position ids keeping every
+  row's positions those of its unpadded sequence.
+
+The model is the plain Hugging Face module (LoRA-wrapped models work the same): the arena is
+handed to it as a `Cache` whose `update` writes into the slots, and the mask is passed ready
+made (transformers returns 4D masks as given). Models whose attention is not plain causal
+(sliding windows, hybrid layers) are refused.
 
 Logprobs are recorded from the tempered fp32 distribution `log_softmax(logits / T)`, the same
 quantity the trainer recomputes with a teacher-forced forward pass. Nucleus (top-p) filtering
@@ -17,10 +31,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-import torch.nn.functional as F
-from transformers import DynamicCache, PreTrainedModel
+from transformers import PreTrainedModel
+from transformers.cache_utils import Cache
 
-KV = list[tuple[torch.Tensor, torch.Tensor]]  # per layer: keys, values [1, H, L, D]
+_GROW = 256
+"""Arena lengths grow in steps of this many positions (a regrow copies every slot)."""
 
 
 @dataclass
@@ -39,13 +54,17 @@ class SamplingParams:
         return self.temperature <= 0.0
 
 
-@dataclass
+@dataclass(eq=False)
 class RowState:
-    """One episode's KV cache and how many tokens it holds."""
+    """One episode's place in a `KVArena`: which slot, and how many positions hold its tokens.
 
-    kv: KV | None = None
+    A fresh `RowState()` has nothing cached; `sample_turn` gives it a slot. Identity matters
+    (eq=False): the arena frees the slots of rows that are no longer passed to it.
+    """
+
     length: int = 0
-    last_logits: torch.Tensor | None = None  # [V] logits after the last cached token
+    arena: KVArena | None = None
+    slot: int = -1
 
 
 @dataclass
@@ -60,38 +79,290 @@ class Sample:
     """False for scripted turns that must not be imitated (e.g. injected random actions)."""
 
 
-def _cache_to_kv(cache: DynamicCache) -> KV:
-    return [(layer.keys, layer.values) for layer in cache.layers]
+@dataclass
+class ArenaStats:
+    """What an arena's forward passes computed (for benchmarks and FLOP counts)."""
+
+    prefill_tokens: int = 0
+    """Real tokens run through prefill passes."""
+    padded_tokens: int = 0
+    """Padding positions run along with them (wasted arithmetic)."""
+    shared_tokens: int = 0
+    """Tokens copied from an identical first prompt instead of being computed."""
+    prefill_passes: int = 0
+    decode_steps: int = 0
+    """Batched decode forwards (each runs every row of the batch, finished ones too)."""
+    decode_rows: int = 0
+    """Rows summed over decode forwards."""
+
+
+class KVArena:
+    """Per-layer key / value buffers [slots, kv_heads, capacity, head_dim], zero-initialised.
+
+    Zeros matter: masked positions still enter the attention's dot products, and garbage
+    memory could hold NaN, which a mask does not remove (NaN * 0 = NaN).
+    """
+
+    def __init__(self, model: PreTrainedModel, slots: int, capacity: int) -> None:
+        cfg = model.config.get_text_config()
+        _check_plain_causal(cfg)
+        self.layers = cfg.num_hidden_layers
+        self.heads = getattr(cfg, "num_key_value_heads", None) or cfg.num_attention_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        param = next(model.parameters())
+        self.dtype, self.device = param.dtype, param.device
+        self.owners: list[RowState | None] = []
+        self.keys: list[torch.Tensor] = []
+        self.values: list[torch.Tensor] = []
+        self.capacity = 0
+        self.stats = ArenaStats()
+        self.reserve(slots, capacity)
+
+    def reserve(self, slots: int, capacity: int) -> None:
+        """Make room for `slots` rows of `capacity` positions (copying what is stored)."""
+        slots = max(slots, len(self.owners))
+        if capacity > self.capacity:  # grow geometrically: each regrow copies every slot
+            capacity = -(-max(capacity, self.capacity * 5 // 4) // _GROW) * _GROW
+        capacity = max(capacity, self.capacity)
+        if slots == len(self.owners) and capacity == self.capacity:
+            return
+        shape = (slots, self.heads, capacity, self.head_dim)
+        old_s, old_c = len(self.owners), self.capacity
+        for buffers in (self.keys, self.values):
+            grown = [torch.zeros(shape, dtype=self.dtype, device=self.device)
+                     for _ in range(self.layers)]
+            for new, old in zip(grown, buffers):
+                new[:old_s, :, :old_c] = old
+            buffers[:] = grown
+        self.owners += [None] * (slots - old_s)
+        self.capacity = capacity
+
+    def assign(self, rows: list[RowState]) -> None:
+        """Give every row a slot in 0..len(rows)-1; slots of rows not passed are freed.
+
+        Keeping the batch in the leading slots lets decoding read the arena as a view.
+        """
+        self.reserve(len(rows), 1)
+        live = {id(r) for r in rows}
+        for s, owner in enumerate(self.owners):
+            if owner is not None and (id(owner) not in live or owner.arena is not self):
+                self.owners[s] = None
+        free = [s for s in range(len(rows)) if self.owners[s] is None]
+        for row in rows:
+            if row.arena is self and row.slot < len(rows):
+                continue
+            dst = free.pop(0)
+            if row.arena is self:  # move a row from a trailing slot into the batch's range
+                self.copy(row.slot, dst, row.length)
+                self.owners[row.slot] = None
+            else:  # a new row (or one from another arena): nothing cached yet
+                row.length = 0
+            row.arena, row.slot = self, dst
+            self.owners[dst] = row
+
+    def copy(self, src: int, dst: int, length: int) -> None:
+        for buffers in (self.keys, self.values):
+            for buf in buffers:
+                buf[dst, :, :length] = buf[src, :, :length]
+
+    def cache(self, slots: torch.Tensor, positions: torch.Tensor, kv_len: int) -> _ArenaCache:
+        return _ArenaCache(self, slots, positions, kv_len)
+
+
+class _ArenaCache(Cache):
+    """One forward pass's view of the arena, in the `Cache` protocol the model calls.
+
+    `update` writes the new keys of row b, query q at position positions[b, q] of slot
+    slots[b], and returns the first `kv_len` positions of those slots (a view when the slots
+    are 0..B-1, a gathered copy otherwise).
+    """
+
+    def __init__(self, arena: KVArena, slots: torch.Tensor, positions: torch.Tensor,
+                 kv_len: int) -> None:
+        super().__init__(layers=[])
+        self.arena, self.slots, self.positions, self.kv_len = arena, slots, positions, kv_len
+        b = slots.numel()
+        self.leading = bool((slots == torch.arange(b, device=slots.device)).all())
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, layer_idx: int,
+               *args, **kwargs) -> tuple[torch.Tensor, torch.Tensor]:
+        out = []
+        for buf, new in ((self.arena.keys[layer_idx], key_states),
+                         (self.arena.values[layer_idx], value_states)):
+            # new [B, H, Q, D] -> buf[slot_b, :, positions[b, q]] (advanced dims first)
+            buf[self.slots[:, None], :, self.positions] = new.transpose(1, 2)
+            if self.leading:
+                out.append(buf[: self.slots.numel(), :, : self.kv_len])     # [B, H, K, D]
+            else:
+                out.append(buf[:, :, : self.kv_len].index_select(0, self.slots))
+        return out[0], out[1]
+
+
+def _check_plain_causal(cfg) -> None:
+    """The arena's mask is full causal attention; refuse models that attend otherwise."""
+    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    windowed = getattr(cfg, "use_sliding_window", bool(getattr(cfg, "sliding_window", None)))
+    if kinds != {"full_attention"} or windowed:
+        raise NotImplementedError(
+            f"the rollout sampler supports full causal attention only (layer types {kinds}, "
+            f"sliding window {windowed})")
+
+
+def _attention_mask(positions: torch.Tensor, kv_len: int, dtype: torch.dtype) -> torch.Tensor:
+    """Additive mask [B, 1, Q, K]: query at position p sees cache positions 0..p of its row."""
+    keys = torch.arange(kv_len, device=positions.device)
+    allowed = keys[None, None, :] <= positions[:, :, None]                # [B, Q, K]
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=positions.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
 
 
 @torch.no_grad()
-def extend(model: PreTrainedModel, row: RowState, new_ids: list[int]) -> None:
-    """Feed `new_ids` after the row's cached tokens (batch 1, no padding)."""
-    if not new_ids:
-        raise ValueError("extend needs at least one new token")
-    device = next(model.parameters()).device
-    ids = torch.tensor([new_ids], device=device)                           # [1, d]
-    pos = torch.arange(row.length, row.length + len(new_ids), device=device)[None]
-    cache = DynamicCache(ddp_cache_data=row.kv) if row.kv else DynamicCache()
-    out = model(input_ids=ids, position_ids=pos, past_key_values=cache, use_cache=True,
-                logits_to_keep=1)
-    row.kv = _cache_to_kv(out.past_key_values)
-    row.length += len(new_ids)
-    row.last_logits = out.logits[0, -1].float()                             # [V]
+def _forward(model: PreTrainedModel, arena: KVArena, slots: list[int], ids: torch.Tensor,
+             positions: torch.Tensor, last: torch.Tensor) -> torch.Tensor:
+    """Run ids [B, Q] at positions [B, Q] in the given slots; fp32 logits [B, V] at `last` [B]."""
+    device = arena.device
+    slot_t = torch.tensor(slots, device=device)
+    kv_len = int(positions.max()) + 1
+    arena.reserve(0, kv_len)
+    cache = arena.cache(slot_t, positions, kv_len)
+    hidden = model.get_decoder()(input_ids=ids, position_ids=positions, past_key_values=cache,
+                                 attention_mask=_attention_mask(positions, kv_len, arena.dtype),
+                                 use_cache=True).last_hidden_state             # [B, Q, H]
+    picked = hidden[torch.arange(len(slots), device=device), last]            # [B, H]
+    return model.get_output_embeddings()(picked).float()                     # [B, V]
 
 
-def _batch_cache(rows: list[RowState]) -> tuple[DynamicCache, torch.Tensor]:
-    """Left-pad every row's cache with zeros to the longest; mask [B, Lmax] hides padding."""
-    lmax = max(r.length for r in rows)
-    layers = []
-    for li in range(len(rows[0].kv)):
-        keys = torch.cat([F.pad(r.kv[li][0], (0, 0, lmax - r.length, 0)) for r in rows])
-        vals = torch.cat([F.pad(r.kv[li][1], (0, 0, lmax - r.length, 0)) for r in rows])
-        layers.append((keys, vals))                                         # [B, H, Lmax, D]
-    mask = torch.zeros(len(rows), lmax, dtype=torch.long, device=layers[0][0].device)
-    for i, r in enumerate(rows):
-        mask[i, lmax - r.length:] = 1
-    return DynamicCache(ddp_cache_data=layers), mask
+# -- one turn: prefill what each row has not seen, then decode all rows together ----------------
+def sample_turn(model: PreTrainedModel, rows: list[RowState], contexts: list[list[int]],
+                params: SamplingParams, generators: list[torch.Generator],
+                eos_ids: tuple[int, ...], pad_id: int) -> list[Sample]:
+    """Sample one action per row. `contexts[i]` is row i's whole context so far; the row's
+    cache is extended with the part it does not hold yet, then every row decodes at once.
+
+    Afterwards each row's cache holds every sampled token except the last one, which comes
+    back as the first new token of its next context. Rows not passed lose their slots.
+    """
+    arena = next((r.arena for r in rows if r.arena is not None), None)
+    if arena is None:
+        arena = KVArena(model, len(rows), max(map(len, contexts)) + params.max_new_tokens)
+    arena.assign(rows)
+    order = sorted(range(len(rows)), key=lambda i: rows[i].slot)  # slot order: 0..n-1
+    rows = [rows[i] for i in order]
+    new_ids = [contexts[i][rows[k].length:] for k, i in enumerate(order)]
+    if not all(new_ids):
+        raise ValueError("every row needs at least one token it has not seen")
+    logits = _prefill(model, arena, rows, new_ids, pad_id)                    # [B, V]
+    samples = _decode(model, arena, rows, logits, params,
+                      [generators[i] for i in order], eos_ids, pad_id)
+    result: dict[int, Sample] = dict(zip(order, samples))
+    return [result[i] for i in range(len(rows))]
+
+
+def _prefill(model: PreTrainedModel, arena: KVArena, rows: list[RowState],
+             new_ids: list[list[int]], pad_id: int) -> torch.Tensor:
+    """Feed each row its new ids; returns fp32 logits [B, V] after each row's last token.
+
+    Rows that start from the same first prompt are computed once (prefix sharing): the
+    first of them is run, the others get a copy of its keys, values and logits.
+    """
+    first_of: dict[tuple[int, ...], int] = {}
+    source = list(range(len(rows)))
+    for i, (row, ids) in enumerate(zip(rows, new_ids)):
+        if row.length == 0:
+            source[i] = first_of.setdefault(tuple(ids), i)
+    todo = [i for i in range(len(rows)) if source[i] == i]
+    logits: list[torch.Tensor | None] = [None] * len(rows)
+    for chunk in _prefill_chunks([len(new_ids[i]) for i in todo]):
+        idx = [todo[c] for c in chunk]
+        width = max(len(new_ids[i]) for i in idx)
+        ids = torch.full((len(idx), width), pad_id, dtype=torch.long)
+        for b, i in enumerate(idx):  # right padding: pad queries come after the real ones
+            ids[b, : len(new_ids[i])] = torch.tensor(new_ids[i])
+        starts = torch.tensor([rows[i].length for i in idx])
+        positions = starts[:, None] + torch.arange(width)[None]                  # [c, Q]
+        last = torch.tensor([len(new_ids[i]) - 1 for i in idx])
+        out = _forward(model, arena, [rows[i].slot for i in idx], ids.to(arena.device),
+                       positions.to(arena.device), last.to(arena.device))
+        for b, i in enumerate(idx):
+            logits[i] = out[b]
+            rows[i].length += len(new_ids[i])
+        real = sum(len(new_ids[i]) for i in idx)
+        arena.stats.prefill_tokens += real
+        arena.stats.padded_tokens += len(idx) * width - real
+        arena.stats.prefill_passes += 1
+    for i, src in enumerate(source):
+        if src != i:
+            arena.copy(rows[src].slot, rows[i].slot, rows[src].length)
+            rows[i].length, logits[i] = rows[src].length, logits[src]
+            arena.stats.shared_tokens += rows[i].length
+    return torch.stack(logits)                                                 # [B, V]
+
+
+_FORWARD_COST = 32
+"""One forward pass's fixed cost in prefill tokens (per-layer host overhead, weights read
+once): the chunking weighs padding against more passes with it."""
+_MAX_CHUNK_TOKENS = 4096
+"""Padded tokens per prefill pass at most (bounds activation memory)."""
+
+
+def _prefill_chunks(lengths: list[int]) -> list[list[int]]:
+    """Group rows (indices into `lengths`) into passes that waste little on padding.
+
+    Rows sorted by length are cut into contiguous runs minimising padded tokens plus
+    `_FORWARD_COST` per run: an exact O(n^2) dynamic programme over n <= batch rows.
+    """
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    n = len(order)
+    best = [0.0] + [float("inf")] * n     # best[j]: cost of the first j sorted rows
+    cut = [0] * (n + 1)
+    for j in range(1, n + 1):
+        width = lengths[order[j - 1]]    # the longest row of any run ending at j
+        for i in range(j - 1, -1, -1):
+            if (j - i) * width > _MAX_CHUNK_TOKENS and i < j - 1:
+                break
+            cost = best[i] + (j - i) * width + _FORWARD_COST
+            if cost < best[j]:
+                best[j], cut[j] = cost, i
+    chunks, j = [], n
+    while j > 0:
+        chunks.append(order[cut[j]:j])
+        j = cut[j]
+    return chunks[::-1]
+
+
+def _decode(model: PreTrainedModel, arena: KVArena, rows: list[RowState],
+            logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
+            eos_ids: tuple[int, ...], pad_id: int) -> list[Sample]:
+    """Sample up to `max_new_tokens` per row, one forward per token for all rows.
+
+    A row that has sampled an end-of-turn token feeds padding at its next free position
+    (never advancing), so its cache keeps only real tokens; its mask hides the padding.
+    """
+    n, eos = len(rows), set(eos_ids)
+    samples = [Sample() for _ in rows]
+    active = [True] * n
+    slots = [r.slot for r in rows]
+    zeros = torch.zeros(n, dtype=torch.long, device=arena.device)
+    for step in range(params.max_new_tokens):
+        tokens, logps = _draw(logits, params, generators)
+        fed = tokens.tolist()
+        for i, (tok, lp) in enumerate(zip(fed, logps.tolist())):
+            if active[i]:
+                samples[i].ids.append(tok)
+                samples[i].logprobs.append(lp)
+                if tok in eos:
+                    samples[i].ended, active[i] = True, False
+        if not any(active) or step == params.max_new_tokens - 1:
+            break
+        fed = [tok if act else pad_id for tok, act in zip(fed, active)]
+        positions = torch.tensor([[r.length] for r in rows], device=arena.device)   # [B, 1]
+        logits = _forward(model, arena, slots, torch.tensor(fed, device=arena.device)[:, None],
+                          positions, zeros)
+        for r, act in zip(rows, active):
+            r.length += act
+        arena.stats.decode_steps += 1
+        arena.stats.decode_rows += n
+    return samples
 
 
 def _draw(logits: torch.Tensor, params: SamplingParams,
@@ -115,52 +386,3 @@ def _draw(logits: torch.Tensor, params: SamplingParams,
     tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None])[:, 0]
     tokens = tokens.clamp(max=probs.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens[:, None])[:, 0]
-
-
-@torch.no_grad()
-def decode(model: PreTrainedModel, rows: list[RowState], params: SamplingParams,
-           generators: list[torch.Generator], eos_ids: tuple[int, ...],
-           pad_id: int) -> list[Sample]:
-    """Sample one action per row, all rows batched. Every row must have been `extend`ed.
-
-    Afterwards each row's cache holds every sampled token except the last one, which the
-    caller feeds at the start of the next turn.
-    """
-    device = rows[0].last_logits.device
-    cache, mask = _batch_cache(rows)
-    lengths = torch.tensor([r.length for r in rows], device=device)        # [B]
-    logits = torch.stack([r.last_logits for r in rows])                    # [B, V]
-    samples = [Sample() for _ in rows]
-    active = torch.ones(len(rows), dtype=torch.bool, device=device)
-    eos = torch.tensor(eos_ids, device=device)
-    for step in range(params.max_new_tokens):
-        tokens, logps = _draw(logits, params, generators)
-        for i in torch.nonzero(active).flatten().tolist():
-            samples[i].ids.append(int(tokens[i]))
-            samples[i].logprobs.append(float(logps[i]))
-        finished = active & torch.isin(tokens, eos)
-        for i in torch.nonzero(finished).flatten().tolist():
-            samples[i].ended = True
-        active = active & ~finished
-        if not active.any() or step == params.max_new_tokens - 1:
-            break
-        # Feed this step's tokens: active rows for real, finished rows as masked padding.
-        fed = torch.where(active, tokens, torch.full_like(tokens, pad_id))
-        mask = torch.cat([mask, active.long()[:, None]], dim=1)            # [B, L+1]
-        pos = (lengths + step)[:, None]                                     # [B, 1]
-        out = model(input_ids=fed[:, None], attention_mask=mask, position_ids=pos,
-                    past_key_values=cache, use_cache=True)
-        cache = out.past_key_values
-        logits = out.logits[:, -1].float()
-    _split_cache(rows, cache, mask)
-    return samples
-
-
-def _split_cache(rows: list[RowState], cache: DynamicCache, mask: torch.Tensor) -> None:
-    """Write each row's unpadded cache back (only positions its mask marks as real)."""
-    kv = _cache_to_kv(cache)
-    for i, row in enumerate(rows):
-        keep = torch.nonzero(mask[i]).flatten()                            # [L_i']
-        row.kv = [(k[i:i + 1, :, keep], v[i:i + 1, :, keep]) for k, v in kv]
-        row.length = int(keep.numel())
-        row.last_logits = None

@@ -1,0 +1,143 @@
+"""The KV-arena sampler against plain recomputation (issue 15: faster rollouts, same numbers).
+
+Every test drives `sample_turn` directly with the tiny model and checks what it recorded
+against a fresh, unbatched, uncached Hugging Face forward pass over the whole context: the
+arena (slots, in-place writes, moves, regrowth, shared prefixes, batched prefill with
+padding, rows that stop early) must change speed only, never a token or a logprob.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import torch
+
+from tripod.policy import sampler
+from tripod.policy.sampler import RowState, SamplingParams, sample_turn
+
+
+@pytest.fixture(scope="module")
+def model(tiny_policy_factory):
+    m = tiny_policy_factory().model
+    m.eval()
+    return m
+
+
+def _reference_logprobs(model, context: list[int], ids: list[int], temperature: float):
+    """log softmax(logits / T) of each sampled id, from one uncached forward pass."""
+    full = torch.tensor([context + ids])
+    with torch.no_grad():
+        logits = model(input_ids=full).logits[0].float()                     # [T, V]
+    scaled = logits / temperature if temperature > 0 else logits
+    logp = torch.log_softmax(scaled[len(context) - 1:-1], dim=-1)            # [n, V]
+    return logp.gather(-1, torch.tensor(ids)[:, None])[:, 0].tolist()
+
+
+def _turn(model, rows, contexts, params, seeds, eos=(2,)):
+    gens = [torch.Generator().manual_seed(s) for s in seeds]
+    return sample_turn(model, rows, contexts, params, gens, eos, pad_id=2)
+
+
+def _assert_exact(model, contexts, samples, temperature):
+    for ctx, s in zip(contexts, samples):
+        ref = _reference_logprobs(model, ctx, s.ids, temperature)
+        assert max(abs(a - b) for a, b in zip(ref, s.logprobs)) < 1e-5
+
+
+def _random_ids(rng: random.Random, n: int) -> list[int]:
+    return [rng.randrange(3, 2000) for _ in range(n)]
+
+
+def test_multi_turn_rows_leave_join_and_stop_early(model, monkeypatch):
+    """Three turns; rows end at different steps (a tenth of the vocabulary ends a turn), one row
+    leaves (a trailing row moves down a slot), one joins, and the arena regrows often."""
+    monkeypatch.setattr(sampler, "_GROW", 8)
+    rng = random.Random(0)
+    params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=6)
+    eos = tuple(range(0, 49152, 10))
+    contexts = [_random_ids(rng, n) for n in (5, 40, 17)]
+    rows = [RowState() for _ in contexts]
+    lengths = []
+    for turn in range(3):
+        samples = _turn(model, rows, contexts, params, [10 * turn + i for i in range(len(rows))],
+                        eos)
+        _assert_exact(model, contexts, samples, params.temperature)
+        lengths += [len(s.ids) for s in samples]
+        contexts = [c + s.ids + _random_ids(rng, 3 + 7 * i) for i, (c, s)
+                    in enumerate(zip(contexts, samples))]
+        if turn == 0:  # row 0 leaves: row 2 must move into the batch's leading slots
+            rows, contexts = rows[1:], contexts[1:]
+        if turn == 1:  # a new episode joins
+            rows.append(RowState())
+            contexts.append(_random_ids(rng, 23))
+    assert len(set(lengths)) > 2  # rows did stop at different steps
+    assert sorted(r.slot for r in rows) == list(range(len(rows)))
+
+
+def test_batched_equals_alone_greedy(model):
+    """A row's greedy action and logprobs do not depend on its batch neighbours."""
+    rng = random.Random(1)
+    contexts = [_random_ids(rng, n) for n in (12, 60, 3, 31)]
+    params = SamplingParams(temperature=0.0, max_new_tokens=8)
+    together = _turn(model, [RowState() for _ in contexts], contexts, params, [0] * 4)
+    for ctx, s in zip(contexts, together):
+        alone = _turn(model, [RowState()], [ctx], params, [0])[0]
+        assert alone.ids == s.ids
+        assert max(abs(a - b) for a, b in zip(alone.logprobs, s.logprobs)) < 1e-5
+
+
+def test_identical_first_prompts_are_prefilled_once(model):
+    """Prefix sharing: the members of a group start from one prompt, computed once."""
+    rng = random.Random(2)
+    shared, other = _random_ids(rng, 50), _random_ids(rng, 9)
+    contexts = [shared, other, list(shared), list(shared)]
+    rows = [RowState() for _ in contexts]
+    params = SamplingParams(temperature=1.0, max_new_tokens=5)
+    samples = _turn(model, rows, contexts, params, [1, 2, 3, 4])
+    stats = rows[0].arena.stats
+    assert stats.prefill_tokens == 50 + 9 and stats.shared_tokens == 2 * 50
+    _assert_exact(model, contexts, samples, 1.0)
+    # The copies are real caches: the episodes continue exactly after diverging.
+    contexts = [c + s.ids + _random_ids(rng, 4) for c, s in zip(contexts, samples)]
+    _assert_exact(model, contexts, _turn(model, rows, contexts, params, [5, 6, 7, 8]), 1.0)
+
+
+def test_tiny_top_p_draws_the_mode_but_records_tempered_logprobs(model):
+    """Nucleus filtering changes the draw, not the recorded (tempered, unfiltered) logprob."""
+    rng = random.Random(3)
+    contexts = [_random_ids(rng, 20), _random_ids(rng, 35)]
+    greedy = _turn(model, [RowState(), RowState()], contexts,
+                   SamplingParams(temperature=0.0, max_new_tokens=6), [0, 0])
+    nucleus = _turn(model, [RowState(), RowState()], contexts,
+                    SamplingParams(temperature=0.7, top_p=1e-6, max_new_tokens=6), [4, 5])
+    assert [s.ids for s in nucleus] == [s.ids for s in greedy]
+    _assert_exact(model, contexts, nucleus, 0.7)
+    assert nucleus[0].logprobs != greedy[0].logprobs  # tempered, not the T=1 values
+
+
+def _chunk_cost(lengths, chunks):
+    return sum(len(c) * max(lengths[i] for i in c) + sampler._FORWARD_COST for c in chunks)
+
+
+def _partitions(items):
+    if not items:
+        yield []
+        return
+    head, rest = items[0], items[1:]
+    for part in _partitions(rest):
+        for k in range(len(part)):
+            yield part[:k] + [[head, *part[k]]] + part[k + 1:]
+        yield [[head], *part]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_prefill_chunks_are_optimal(seed):
+    """The dynamic programme finds the cheapest grouping among all set partitions."""
+    rng = random.Random(seed)
+    lengths = [rng.choice([1, 3, 20, 45, 60, 300]) for _ in range(6)]
+    chunks = sampler._prefill_chunks(lengths)
+    assert sorted(itertools.chain(*chunks)) == list(range(6))
+    best = min(_chunk_cost(lengths, p) for p in _partitions(list(range(6))))
+    assert _chunk_cost(lengths, chunks) == best
