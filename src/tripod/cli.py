@@ -56,7 +56,7 @@ def cmd_rollout(args: argparse.Namespace) -> int:
                         prompt=PromptConfig(history_window=args.history_window))
     jobs = make_jobs(args.env, args.split, list(range(args.episodes)), 1, args.seed)
     engine = RolloutEngine(policy, cfg)
-    trajs, stats = engine.collect(jobs, SamplingParams(args.temperature, 1.0, args.max_new_tokens))
+    trajs, stats = engine.collect(jobs, SamplingParams(temperature=args.temperature, max_new_tokens=args.max_new_tokens))
     engine.close()
     if args.out:
         from tripod.report.records import write_trajectories

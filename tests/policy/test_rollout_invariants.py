@@ -29,7 +29,7 @@ def _play(policy, env_id, games, group, *, window=None, batch=8, tokens=12, turn
                         prompt=PromptConfig(history_window=window))
     engine = RolloutEngine(policy, cfg)
     jobs = make_jobs(env_id, "train", list(range(games)), group, seed)
-    trajs, stats = engine.collect(jobs, SamplingParams(temperature, top_p, tokens))
+    trajs, stats = engine.collect(jobs, SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=tokens))
     engine.close()
     return trajs, stats
 

@@ -34,24 +34,14 @@ import torch
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
 
+from tripod.core.config import SamplingSection
+
 _GROW = 256
 """Arena lengths grow in steps of this many positions (a regrow copies every slot)."""
 
 
-@dataclass
-class SamplingParams:
-    """How actions are sampled. Training and evaluation each get their own instance."""
-
-    temperature: float = 0.7
-    """0 means greedy decoding."""
-    top_p: float = 1.0
-    max_new_tokens: int = 24
-    """Cap on tokens per action; a turn that reaches it without the end-of-turn token is
-    truncated (and ends the episode)."""
-
-    @property
-    def greedy(self) -> bool:
-        return self.temperature <= 0.0
+SamplingParams = SamplingSection
+"""How actions are sampled: the recipe's `rollout.train` / `rollout.eval` section itself."""
 
 
 @dataclass(eq=False)
