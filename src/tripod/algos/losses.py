@@ -175,6 +175,29 @@ def aggregate(
     raise ValueError(f"unknown aggregation {mode!r}; valid: token_mean, seq_mean, constant")
 
 
+def loss_normaliser(
+    loss_mask: Tensor,
+    mode: Literal["token_mean", "seq_mean", "constant"],
+    max_row_tokens: int | None = None,
+) -> float:
+    """The denominator `aggregate` needs for a WHOLE minibatch [B, T] (see its docstring).
+
+    - ``token_mean``: its number of agent tokens;
+    - ``seq_mean``: its number of rows with at least one agent token;
+    - ``constant``: rows x `max_row_tokens`, the most agent tokens a row can hold (e.g. max
+      new tokens per action x max turns): a fixed budget, not the sampled lengths.
+    """
+    if mode == "token_mean":
+        return float(loss_mask.sum())
+    if mode == "seq_mean":
+        return float((loss_mask.sum(-1) > 0).sum())
+    if mode == "constant":
+        if max_row_tokens is None:
+            raise ValueError("loss_normaliser(mode='constant') needs max_row_tokens")
+        return float(loss_mask.shape[0] * max_row_tokens)
+    raise ValueError(f"unknown aggregation {mode!r}; valid: token_mean, seq_mean, constant")
+
+
 def add_kl_to_rewards(
     token_rewards: Tensor,
     logprobs: Tensor,
