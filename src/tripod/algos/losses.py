@@ -154,8 +154,8 @@ def aggregate(
 
     Micro-batching: to get exactly the gradient of one big minibatch when it is split into
     micro-batches whose losses are summed (gradient accumulation), pass the normaliser of
-    the WHOLE minibatch to every micro-batch: its total ``sum(m)`` for token_mean, its number
-    of non-empty rows for seq_mean. Without it each micro-batch divides by its own count
+    the WHOLE minibatch to every micro-batch (`loss_normaliser`): its total ``sum(m)`` for
+    token_mean, its number of non-empty rows for seq_mean. Without it each micro-batch divides by its own count
     and tokens in short micro-batches are over-weighted.
     """
     mask = loss_mask.bool()  # [B, T]
