@@ -1,35 +1,50 @@
 """A tiny learnable environment for tests and smoke runs: `toy/letters-N`.
 
-The agent must answer N turns; on turn k the answer is correct when its first letter is the
-k-th target letter (targets are fixed: a, b, c, ...). Each correct turn scores 1 point, the
-episode always lasts N turns, and it is won when every turn was correct. A random policy wins
-rarely. `vocabulary` limits the admissible words (the first k of apple, banana, cherry, ...):
-a model first taught to answer with a uniformly random admissible word (the `random` scripted
-actor) wins (1/k)^N of its episodes and must then learn the right sequence by RL, which is
-what the learning tests check.
+Each game asks for N target letters, one per turn; on turn k the answer is correct when its
+first letter is the game's k-th target. Each correct turn scores 1 point, the episode always
+lasts N turns, and it is won when every turn was correct.
+
+Games differ: game `index` of `split` draws its targets (with repetition) from the first
+`vocabulary` letters with the seed `game_seed(split, index)`, so held-out games are other
+games, not the training game again, and a policy must read the letter each turn asks for
+(a fixed answer sequence wins only the games that happen to share it). `vocabulary` limits
+the admissible words (the first k of apple, banana, cherry, ...): a model first taught to
+answer with a uniformly random admissible word (the `random` scripted actor) wins (1/k)^N of
+its episodes and must then learn by RL to answer the asked letter, which is what the
+learning tests check.
 """
 
 from __future__ import annotations
 
+import random
 import re
 import string
 
-from tripod.envs.base import Step, StepInfo, clean_action
+from tripod.envs.base import Step, StepInfo, clean_action, game_seed
 from tripod.envs.registry import register
 
 _WORDS = {c: w for c, w in zip(string.ascii_lowercase, ["apple", "banana", "cherry", "dates", "eggs", "figs", "grapes", "honey", "ice", "jam", "kiwi", "lemon", "mango", "nuts", "olive", "pear", "quince", "rice", "salt", "tea", "udon", "vanilla", "water", "xigua", "yam", "zucchini"])}
 
 
 class LettersEnv:
-    """N turns; turn k is correct when the answer starts with letter k of the alphabet."""
+    """N turns; turn k is correct when the answer starts with the game's k-th target letter."""
 
     def __init__(self, env_id: str, split: str = "train", turns: int = 2,
                  vocabulary: int = 26) -> None:
+        if not 1 <= vocabulary <= len(_WORDS):
+            raise ValueError(f"vocabulary must be in [1, {len(_WORDS)}], got {vocabulary}")
         self.env_id, self.split, self.turns = env_id, split, turns
-        self.words = list(_WORDS.values())[:max(vocabulary, turns)]
-        self.targets = string.ascii_lowercase[:turns]
+        self.words = list(_WORDS.values())[:vocabulary]
+        self.targets = ""
+        self.game_index = -1
         self._turn = 0
         self._score = 0
+
+    def _targets(self, game_index: int) -> str:
+        """The game's target letters: a pure function of (split, index)."""
+        rng = random.Random(game_seed(self.split, game_index))
+        letters = [w[0] for w in self.words]
+        return "".join(rng.choice(letters) for _ in range(self.turns))
 
     @property
     def _objective(self) -> str:
@@ -44,13 +59,15 @@ class LettersEnv:
             max_score=float(self.turns), progress=self._score / self.turns,
             expert_action=None if done else _WORDS[self.targets[self._turn]],
             admissible_actions=None if done else list(self.words),
-            invalid_action=invalid, game_id=f"{self.env_id}:{self.split}",
+            invalid_action=invalid,
+            game_id=f"{self.env_id}:{self.split}:{self.game_index}",
         )
 
     def _ask(self) -> str:
         return f"Turn {self._turn + 1}: a word starting with '{self.targets[self._turn]}'."
 
-    def reset(self, seed: int) -> tuple[str, StepInfo]:
+    def reset(self, game_index: int) -> tuple[str, StepInfo]:
+        self.game_index, self.targets = game_index, self._targets(game_index)
         self._turn, self._score = 0, 0
         return self._ask(), self._info()
 
@@ -77,4 +94,4 @@ def _make(env_id: str, split: str = "train", **overrides) -> LettersEnv:
 
 
 register(r"toy/letters-\d+", _make, ("toy/letters-2",),
-         "tiny learnable task for tests: answer words starting with a, b, ... in order")
+         "tiny learnable task for tests: answer a word starting with each asked letter")
