@@ -257,7 +257,7 @@ def _report(it: int, total: int, m: dict, quiet: bool) -> None:
         return
     keys = ("success_rate", "return", "episode_length", "invalid_action_rate", "env_errors",
             "kl", "entropy", "clip_fraction", "value_loss", "grad_norm", "tokens_per_s",
-            "iteration_s")
+            "iteration_s", "valid_success_rate")
     parts = [f"{k}={m[k]:.3g}" for k in keys if k in m and isinstance(m[k], float | int)
              and not (isinstance(m[k], float) and math.isnan(m[k]))]
     console.print(f"[bold]iter {it}/{total}[/bold] " + " ".join(parts))
