@@ -1,13 +1,13 @@
 """Each estimator makes the tiny model learn the two-turn toy task (issue: learning).
 
-`toy/letters-2`: each game asks for two letters, one per turn (drawn per game from a, b, c,
-d: games differ by index and split, so the held-out test games are other games than the
-training ones); a word starting with the asked letter is correct (four admissible words).
-The tiny model (random Llama, SmolLM2 tokenizer) first gets a *format* prior by SFT on a
-uniformly random admissible word per turn (like an instruct model that knows how to answer
+`toy/letters-2`: answer "apple" on turn 1 and "banana" on turn 2 (four admissible words,
+listed in each game's objective in that game's own order: games differ by index and split,
+so the held-out test games show prompts never seen in training, while the answers stay the
+same). The tiny model (random Llama, SmolLM2 tokenizer) first gets a *format* prior by SFT on
+a uniformly random admissible word per turn (like an instruct model that knows how to answer
 but not the task), so greedy success starts near a random policy's 1/16; then RL alone must
-learn to answer the letter each turn asks for. Success is measured greedily (temperature 0)
-on 16 held-out `test` games.
+find the right word for each turn, which needs the model to tell the two turns apart.
+Success is greedy (temperature 0) on 16 held-out `test` games.
 
 Settings, measured on this task (see docs/glossary.md, "turn credit"):
 - 64 episodes per iteration (16 games x 4). With 32, the noise in the shared "which word"
@@ -90,16 +90,16 @@ def test_estimator_learns_toy_task(format_prior, tmp_path, estimator):
 
 
 def test_toy_games_differ_by_index_and_split():
-    """The held-out games are other games: targets are a pure function of (split, index)."""
+    """Held-out games are other games (their own word order and id); the answers are not."""
     from tripod.envs import make
 
-    def targets(split: str, index: int) -> str:
-        env = make(ENV, split=split, vocabulary=4)
-        obs, info = env.reset(index)
-        return info.objective + "|" + info.game_id
+    def game(split: str, index: int) -> tuple[str, str, str | None]:
+        _, info = make(ENV, split=split, vocabulary=4).reset(index)
+        return info.objective, info.game_id, info.expert_action
 
-    train = {targets("train", i) for i in range(16)}
-    test = {targets("test", i) for i in range(16)}
-    assert len({t.split("|")[0] for t in train}) > 4  # 16 games, several letter pairs
-    assert not train & test  # ids differ across splits
-    assert targets("test", 3) == targets("test", 3)  # deterministic
+    train = [game("train", i) for i in range(16)]
+    test = [game("test", i) for i in range(16)]
+    assert len({objective for objective, _, _ in train}) > 4  # 16 games, several orders
+    assert not {i for _, i, _ in train} & {i for _, i, _ in test}  # ids differ by split
+    assert {a for _, _, a in train + test} == {"apple"}  # the same first answer everywhere
+    assert game("test", 3) == game("test", 3)  # a pure function of (split, index)

@@ -1,16 +1,20 @@
 """A tiny learnable environment for tests and smoke runs: `toy/letters-N`.
 
-Each game asks for N target letters, one per turn; on turn k the answer is correct when its
-first letter is the game's k-th target. Each correct turn scores 1 point, the episode always
-lasts N turns, and it is won when every turn was correct.
+The agent must answer N turns; on turn k the answer is correct when its first letter is the
+k-th target letter (a, b, c, ...: the same in every game). Each correct turn scores 1 point,
+the episode always lasts N turns, and it is won when every turn was correct.
 
-Games differ: game `index` of `split` draws its targets (with repetition) from the first
-`vocabulary` letters with the seed `game_seed(split, index)`, so held-out games are other
-games, not the training game again, and a policy must read the letter each turn asks for
-(a fixed answer sequence wins only the games that happen to share it). `vocabulary` limits
-the admissible words (the first k of apple, banana, cherry, ...): a model first taught to
-answer with a uniformly random admissible word (the `random` scripted actor) wins (1/k)^N of
-its episodes and must then learn by RL to answer the asked letter, which is what the
+Games differ by index and split: game `index` of `split` lists the admissible words in its own
+order (shuffled with the seed `game_seed(split, index)`) in its objective, so held-out games
+show the policy prompts it never saw in training. What they test is that the learnt answers
+do not hinge on one exact prompt (e.g. on copying the word listed first), not a new task: the
+letters are the same, which keeps the task learnable by a tiny model in a few dozen RL
+iterations. (Per-game target letters were tried: GRPO with the learning test's settings did
+not learn them in 50 iterations.)
+
+`vocabulary` limits the admissible words (the first k of apple, banana, cherry, ...): a model
+first taught to answer with a uniformly random admissible word (the `random` scripted actor)
+wins (1/k)^N of its episodes and must then learn the right sequence by RL, which is what the
 learning tests check.
 """
 
@@ -27,29 +31,31 @@ _WORDS = {c: w for c, w in zip(string.ascii_lowercase, ["apple", "banana", "cher
 
 
 class LettersEnv:
-    """N turns; turn k is correct when the answer starts with the game's k-th target letter."""
+    """N turns; turn k is correct when the answer starts with letter k of the alphabet."""
 
     def __init__(self, env_id: str, split: str = "train", turns: int = 2,
                  vocabulary: int = 26) -> None:
         if not 1 <= vocabulary <= len(_WORDS):
             raise ValueError(f"vocabulary must be in [1, {len(_WORDS)}], got {vocabulary}")
         self.env_id, self.split, self.turns = env_id, split, turns
-        self.words = list(_WORDS.values())[:vocabulary]
-        self.targets = ""
+        self.words = list(_WORDS.values())[:max(vocabulary, turns)]
+        self.targets = string.ascii_lowercase[:turns]
+        self.listed = list(self.words)
         self.game_index = -1
         self._turn = 0
         self._score = 0
 
-    def _targets(self, game_index: int) -> str:
-        """The game's target letters: a pure function of (split, index)."""
-        rng = random.Random(game_seed(self.split, game_index))
-        letters = [w[0] for w in self.words]
-        return "".join(rng.choice(letters) for _ in range(self.turns))
+    def _listing(self, game_index: int) -> list[str]:
+        """The game's order of the admissible words: a pure function of (split, index)."""
+        listed = list(self.words)
+        random.Random(game_seed(self.split, game_index)).shuffle(listed)
+        return listed
 
     @property
     def _objective(self) -> str:
         letters = ", then ".join(f"'{c}'" for c in self.targets)
-        return f"Answer with one word per turn: a word starting with {letters}."
+        return (f"Words: {', '.join(self.listed)}. Answer with one word per turn: a word "
+                f"starting with {letters}.")
 
     def _info(self, invalid: bool = False) -> StepInfo:
         done = self._turn >= self.turns
@@ -67,7 +73,7 @@ class LettersEnv:
         return f"Turn {self._turn + 1}: a word starting with '{self.targets[self._turn]}'."
 
     def reset(self, game_index: int) -> tuple[str, StepInfo]:
-        self.game_index, self.targets = game_index, self._targets(game_index)
+        self.game_index, self.listed = game_index, self._listing(game_index)
         self._turn, self._score = 0, 0
         return self._ask(), self._info()
 
@@ -94,4 +100,4 @@ def _make(env_id: str, split: str = "train", **overrides) -> LettersEnv:
 
 
 register(r"toy/letters-\d+", _make, ("toy/letters-2",),
-         "tiny learnable task for tests: answer a word starting with each asked letter")
+         "tiny learnable task for tests: answer words starting with a, b, ... in order")
