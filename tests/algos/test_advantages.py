@@ -11,13 +11,15 @@ import torch
 
 from tripod.algos.advantages import (
     ADVANTAGE_ESTIMATORS,
-    AdvantageConfig,
+    EPS,
     AdvantageInput,
     AdvantageOutput,
     compute_advantages,
     get_estimator,
     register_estimator,
 )
+from tripod.core.config import AlgoSection
+from tripod.core.estimators import ESTIMATORS
 
 ALL = ("gae", "gae_turn", "grpo", "dr_grpo", "rloo", "reinforce_pp")
 
@@ -105,7 +107,7 @@ def whiten_ref(adv: torch.Tensor, inp: AdvantageInput, eps: float) -> torch.Tens
 # ----------------------------------------------------------------------------- loop references
 
 
-def gae_ref(inp: AdvantageInput, cfg: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def gae_ref(inp: AdvantageInput, cfg: AlgoSection) -> tuple[torch.Tensor, torch.Tensor]:
     adv = torch.zeros_like(inp.token_rewards)
     ret = torch.zeros_like(inp.token_rewards)
     for i in range(adv.shape[0]):
@@ -114,10 +116,10 @@ def gae_ref(inp: AdvantageInput, cfg: AdvantageConfig) -> tuple[torch.Tensor, to
             v = float(inp.values[i, c])
             a = float(inp.token_rewards[i, c]) + cfg.gamma * next_v - v + cfg.gamma * cfg.lam * a
             adv[i, c], ret[i, c], next_v = a, a + v, v
-    return (whiten_ref(adv, inp, cfg.eps) if cfg.whiten else adv), ret
+    return (whiten_ref(adv, inp, EPS) if cfg.whiten else adv), ret
 
 
-def gae_turn_ref(inp: AdvantageInput, cfg: AdvantageConfig) -> tuple[torch.Tensor, torch.Tensor]:
+def gae_turn_ref(inp: AdvantageInput, cfg: AlgoSection) -> tuple[torch.Tensor, torch.Tensor]:
     adv = torch.zeros_like(inp.token_rewards)
     ret = torch.zeros_like(inp.token_rewards)
     for i in range(adv.shape[0]):
@@ -129,10 +131,10 @@ def gae_turn_ref(inp: AdvantageInput, cfg: AdvantageConfig) -> tuple[torch.Tenso
             for c in cols:
                 adv[i, c], ret[i, c] = a, a + v
             next_v = v
-    return (whiten_ref(adv, inp, cfg.eps) if cfg.whiten else adv), ret
+    return (whiten_ref(adv, inp, EPS) if cfg.whiten else adv), ret
 
 
-def scores_ref(inp: AdvantageInput, cfg: AdvantageConfig) -> tuple[torch.Tensor, list[float]]:
+def scores_ref(inp: AdvantageInput, cfg: AlgoSection) -> tuple[torch.Tensor, list[float]]:
     """Per-token score [B, T] and per-row episode return."""
     score = torch.zeros_like(inp.token_rewards)
     episode = []
@@ -146,46 +148,47 @@ def scores_ref(inp: AdvantageInput, cfg: AdvantageConfig) -> tuple[torch.Tensor,
         for k in reversed(ks):
             g = turn_r[k] + cfg.gamma * g
             for c in turns_of(inp, i)[k]:
-                score[i, c] = episode[-1] if cfg.returns == "episode" else g
+                score[i, c] = episode[-1] if cfg.credit == "episode" else g
     return score, episode
 
 
-def group_ref(inp: AdvantageInput, cfg: AdvantageConfig, kind: str) -> torch.Tensor:
+def group_ref(inp: AdvantageInput, cfg: AlgoSection, kind: str) -> torch.Tensor:
     score, episode = scores_ref(inp, cfg)
     adv = torch.zeros_like(score)
     for i in range(score.shape[0]):
         members = [j for j in range(score.shape[0]) if inp.group_ids[j] == inp.group_ids[i]]
         for k, cols in turns_of(inp, i).items():
-            if cfg.returns == "episode":  # compare with the group's episode returns
+            # turn credit: the returns-to-go at turn k of the episodes that reached it;
+            # episode credit, or a turn no other episode reached: the episode returns
+            pool = {j: float(score[j, turns_of(inp, j)[k][0]])
+                    for j in members if k in turns_of(inp, j)}
+            if cfg.credit == "episode" or len(pool) < 2:
                 pool = {j: episode[j] for j in members}
-            else:  # compare with the returns-to-go at turn k of episodes that reached it
-                pool = {j: float(score[j, turns_of(inp, j)[k][0]])
-                        for j in members if k in turns_of(inp, j)}
             others = [v for j, v in pool.items() if j != i]
             if kind == "rloo":
-                baseline = sum(others) / len(others) if others else 0.0
+                baseline = sum(others) / len(others)
                 scale = 1.0
             else:
                 baseline = statistics.mean(pool.values())
                 std = statistics.stdev(pool.values()) if len(pool) > 1 else 0.0
                 scale = 1.0
-                if kind == "grpo" and cfg.norm_by_std:
-                    scale = 1.0 / (std + cfg.eps) if std > 0 else 0.0
+                if kind == "grpo":
+                    scale = 1.0 / (std + EPS) if std > 0 else 0.0
             for c in cols:
                 adv[i, c] = (score[i, c] - baseline) * scale
     return adv
 
 
-def reinforce_pp_ref(inp: AdvantageInput, cfg: AdvantageConfig) -> torch.Tensor:
+def reinforce_pp_ref(inp: AdvantageInput, cfg: AlgoSection) -> torch.Tensor:
     score, _ = scores_ref(inp, cfg)
-    return whiten_ref(score, inp, cfg.eps)
+    return whiten_ref(score, inp, EPS)
 
 
 # ----------------------------------------------------------------------------- registry
 
 
-def test_registry_names_and_metadata() -> None:
-    assert set(ALL) <= set(ADVANTAGE_ESTIMATORS)
+def test_registry_implements_exactly_the_core_table() -> None:
+    assert set(ADVANTAGE_ESTIMATORS) == set(ESTIMATORS) == set(ALL)
     meta = {n: (get_estimator(n).needs_critic, get_estimator(n).min_group_size) for n in ALL}
     assert meta == {
         "gae": (True, 1),
@@ -195,6 +198,21 @@ def test_registry_names_and_metadata() -> None:
         "rloo": (False, 2),
         "reinforce_pp": (False, 1),
     }
+    assert all(get_estimator(n).info is ESTIMATORS[n] for n in ALL)
+
+
+def test_registering_a_name_outside_the_table_is_an_error() -> None:
+    with pytest.raises(ValueError, match="not in tripod.core.estimators"):
+        register_estimator("ppo2")(lambda inp, cfg: AdvantageOutput(inp.values, inp.values))
+    assert "ppo2" not in ADVANTAGE_ESTIMATORS
+
+
+def test_import_check_names_the_disagreement(monkeypatch) -> None:
+    from tripod.algos import advantages
+
+    monkeypatch.setitem(ESTIMATORS, "grpo_v2", ESTIMATORS["grpo"])
+    with pytest.raises(RuntimeError, match=r"not implemented \['grpo_v2'\]"):
+        advantages._check_registry()
 
 
 def test_every_estimator_has_the_same_signature() -> None:
@@ -214,15 +232,8 @@ def test_duplicate_registration_is_an_error() -> None:
 
 def test_compute_advantages_dispatches_on_config_name() -> None:
     inp = episode_rows([[1.0], [0.0], [0.0]])
-    out = compute_advantages(inp, AdvantageConfig(estimator="rloo"))
+    out = compute_advantages(inp, AlgoSection(estimator="rloo"))
     close(out.advantages[:, 1], [1.0, -0.5, -0.5])
-
-
-def test_config_rejects_bad_values() -> None:
-    with pytest.raises(ValueError):
-        AdvantageConfig(returns="step")  # type: ignore[arg-type]
-    with pytest.raises(ValueError):
-        AdvantageConfig(gamma=1.5)
 
 
 def test_input_checks_shapes() -> None:
@@ -250,7 +261,7 @@ def test_gae_two_turns_by_hand() -> None:
     # d1 = 0.5 + 0.9 * 0.6  - 0.4 = 0.64  A1 = 0.64 + 0.72 * 0.4   = 0.928
     # d0 = 0.0 + 0.9 * 0.4  - 0.2 = 0.16  A0 = 0.16 + 0.72 * 0.928 = 0.82816
     # returns = A + V = [1.02816, 1.328, 1.0]
-    out = get_estimator("gae")(two_turn_row(), AdvantageConfig(gamma=0.9, lam=0.8, whiten=False))
+    out = get_estimator("gae")(two_turn_row(), AlgoSection(gamma=0.9, lam=0.8, whiten=False))
     close(out.advantages, [[0.0, 0.82816, 0.928, 0.0, 0.4, 0.0]])
     close(out.returns, [[0.0, 1.02816, 1.328, 0.0, 1.0, 0.0]])
 
@@ -261,7 +272,7 @@ def test_gae_turn_two_turns_by_hand() -> None:
     # d1 = 1.0 - 0.6 = 0.4                 A1 = 0.4
     # d0 = 0.5 + 0.9 * 0.6 - 0.2 = 0.84    A0 = 0.84 + 0.72 * 0.4 = 1.128
     # returns: turn 0 = 1.128 + 0.2 = 1.328, turn 1 = 0.4 + 0.6 = 1.0 (on all its tokens)
-    cfg = AdvantageConfig(gamma=0.9, lam=0.8, whiten=False)
+    cfg = AlgoSection(gamma=0.9, lam=0.8, whiten=False)
     out = get_estimator("gae_turn")(two_turn_row(), cfg)
     close(out.advantages, [[0.0, 1.128, 1.128, 0.0, 0.4, 0.0]])
     close(out.returns, [[0.0, 1.328, 1.328, 0.0, 1.0, 0.0]])
@@ -269,7 +280,7 @@ def test_gae_turn_two_turns_by_hand() -> None:
 
 def test_gae_whitening_by_hand() -> None:
     # Unwhitened A = [0.82816, 0.928, 0.4]: mean 0.71872, population std 0.229237...
-    out = get_estimator("gae")(two_turn_row(), AdvantageConfig(gamma=0.9, lam=0.8))
+    out = get_estimator("gae")(two_turn_row(), AlgoSection(gamma=0.9, lam=0.8))
     a = [0.82816, 0.928, 0.4]
     m = sum(a) / 3
     s = math.sqrt(sum((x - m) ** 2 for x in a) / 3)
@@ -281,30 +292,28 @@ def test_grpo_by_hand() -> None:
     # Group returns [1, 0, 0, 0]: mean 0.25, sample std sqrt((0.75^2 + 3 * 0.25^2) / 3) = 0.5
     # with std: [0.75, -0.25, -0.25, -0.25] / 0.5 = [1.5, -0.5, -0.5, -0.5]
     inp = episode_rows([[1.0], [0.0], [0.0], [0.0]], tokens_per_turn=2)
-    out = get_estimator("grpo")(inp, AdvantageConfig())
+    out = get_estimator("grpo")(inp, AlgoSection())
     close(out.advantages[:, 1:3], [[1.5, 1.5], [-0.5, -0.5], [-0.5, -0.5], [-0.5, -0.5]])
     assert (out.advantages[:, 0] == 0).all()  # env token
     close(out.returns[:, 2], [1.0, 0.0, 0.0, 0.0])
-    no_std = get_estimator("grpo")(inp, AdvantageConfig(norm_by_std=False))
-    close(no_std.advantages[:, 2], [0.75, -0.25, -0.25, -0.25])
 
 
 def test_dr_grpo_never_divides_by_std() -> None:
     inp = episode_rows([[1.0], [0.0], [0.0], [0.0]])
-    out = get_estimator("dr_grpo")(inp, AdvantageConfig(norm_by_std=True))
+    out = get_estimator("dr_grpo")(inp, AlgoSection())
     close(out.advantages[:, 1], [0.75, -0.25, -0.25, -0.25])
 
 
 def test_rloo_by_hand() -> None:
     # [1, 0, 0]: 1 - (0 + 0) / 2 = 1;  0 - (1 + 0) / 2 = -0.5 (twice)
-    out = get_estimator("rloo")(episode_rows([[1.0], [0.0], [0.0]]), AdvantageConfig())
+    out = get_estimator("rloo")(episode_rows([[1.0], [0.0], [0.0]]), AlgoSection())
     close(out.advantages[:, 1], [1.0, -0.5, -0.5])
 
 
 def test_two_groups_are_independent() -> None:
     # group 7: [1, 0] -> RLOO [1, -1]; group 3: [2, 2, 5] -> [2 - 3.5, 2 - 3.5, 5 - 2]
     inp = episode_rows([[1.0], [2.0], [0.0], [2.0], [5.0]], group_ids=[7, 3, 7, 3, 3])
-    out = get_estimator("rloo")(inp, AdvantageConfig())
+    out = get_estimator("rloo")(inp, AlgoSection())
     close(out.advantages[:, 1], [1.0, -1.5, -1.0, -1.5, 3.0])
 
 
@@ -317,7 +326,7 @@ def turn_mode_pair() -> AdvantageInput:
 def test_rloo_turn_returns_by_hand() -> None:
     # Each turn is compared with the other episode's return-to-go at the same turn:
     # A: [1.4 - 0, 1.0 - 0] = [1.4, 1.0];  B: [0 - 1.4, 0 - 1.0] = [-1.4, -1.0]
-    out = get_estimator("rloo")(turn_mode_pair(), AdvantageConfig(gamma=0.9, returns="turn"))
+    out = get_estimator("rloo")(turn_mode_pair(), AlgoSection(gamma=0.9, credit="turn"))
     close(out.advantages[:, [1, 3]], [[1.4, 1.0], [-1.4, -1.0]])
     close(out.returns[:, [1, 3]], [[1.4, 1.0], [0.0, 0.0]])
 
@@ -325,7 +334,7 @@ def test_rloo_turn_returns_by_hand() -> None:
 def test_grpo_turn_returns_by_hand() -> None:
     # Turn 0: G = [1.4, 0], mean 0.7, sample std 0.7 sqrt(2); turn 1: G = [1.0, 0], mean 0.5,
     # std 0.5 sqrt(2). Dr.GRPO: A [0.7, 0.5], B [-0.7, -0.5]; GRPO: +-1/sqrt(2) everywhere.
-    cfg = AdvantageConfig(gamma=0.9, returns="turn", eps=0.0)
+    cfg = AlgoSection(gamma=0.9, credit="turn")
     out = get_estimator("dr_grpo")(turn_mode_pair(), cfg)
     close(out.advantages[:, [1, 3]], [[0.7, 0.5], [-0.7, -0.5]])
     out = get_estimator("grpo")(turn_mode_pair(), cfg)
@@ -338,16 +347,37 @@ def test_turn_returns_with_episodes_of_different_lengths() -> None:
     # C loses after 3 turns: [0, 0, 0] -> G [0, 0, 0].
     # RLOO turn 0: A 1 - (1 + 0)/2 = 0.5, B 0.5, C 0 - (1 + 1)/2 = -1;
     #      turn 1 (A and C reached it): A 1 - 0 = 1, C 0 - 1 = -1;
-    #      turn 2 (only C): no other episode, baseline 0 -> 0.
+    #      turn 2 (only C reached it): falls back to the other episodes' episode returns,
+    #      C 0 - (1 + 1)/2 = -1.
     inp = episode_rows([[0.0, 1.0], [1.0], [0.0, 0.0, 0.0]])
-    out = get_estimator("rloo")(inp, AdvantageConfig(returns="turn"))
-    close(out.advantages[:, [1, 3, 5]], [[0.5, 1.0, 0.0], [0.5, 0.0, 0.0], [-1.0, -1.0, 0.0]])
+    out = get_estimator("rloo")(inp, AlgoSection(credit="turn"))
+    close(out.advantages[:, [1, 3, 5]], [[0.5, 1.0, 0.0], [0.5, 0.0, 0.0], [-1.0, -1.0, -1.0]])
     # GRPO turn 0: mean 2/3, std sqrt((1/9 + 1/9 + 4/9) / 2) = 1/sqrt(3);
-    #      turn 1: mean 0.5, std 1/sqrt(2); turn 2: one score, std 0 -> advantage 0.
-    out = get_estimator("grpo")(inp, AdvantageConfig(returns="turn", eps=0.0))
+    #      turn 1: mean 0.5, std 1/sqrt(2);
+    #      turn 2 (only C): the group's episode returns [1, 1, 0], mean 2/3, std 1/sqrt(3).
+    out = get_estimator("grpo")(inp, AlgoSection(credit="turn"))
     r3, r2 = math.sqrt(3), math.sqrt(2)
     close(out.advantages[:, [1, 3, 5]],
-          [[r3 / 3, 0.5 * r2, 0.0], [r3 / 3, 0.0, 0.0], [-2 * r3 / 3, -0.5 * r2, 0.0]])
+          [[r3 / 3, 0.5 * r2, 0.0], [r3 / 3, 0.0, 0.0], [-2 * r3 / 3, -0.5 * r2, -2 * r3 / 3]])
+    assert out.stats["turn_fallback_fraction"] == pytest.approx(1 / 6)  # 1 of 6 turns
+
+
+def test_turn_credit_does_not_silence_a_long_win() -> None:
+    # One 4-turn win (reward 1 on its last turn) against three 1-turn losses, gamma 1.
+    # Episode returns [1, 0, 0, 0]: mean 0.25, sample std 0.5.
+    # Turn 0: G_0 = [1, 0, 0, 0], the same cell: winner (1 - 0.25) / 0.5 = 1.5, losers -0.5.
+    # Turns 1-3, reached by the winner only: G_k = 1 against the episode returns -> 1.5.
+    # (The old rule gave the winner [1.5, 0, 0, 0].) Dr.GRPO: 0.75 and -0.25. RLOO: the
+    # winner 1 - mean(0, 0, 0) = 1 on every turn; a loser 0 - (1 + 0 + 0) / 3 = -1/3.
+    inp = episode_rows([[0.0, 0.0, 0.0, 1.0], [0.0], [0.0], [0.0]])
+    turn, episode = AlgoSection(credit="turn"), AlgoSection(credit="episode")
+    win = [1, 3, 5, 7]  # the winner's agent tokens, one per turn
+    for name, w, lose in (("grpo", 1.5, -0.5), ("dr_grpo", 0.75, -0.25), ("rloo", 1.0, -1 / 3)):
+        out = get_estimator(name)(inp, turn)
+        close(out.advantages[0, win], [w] * 4)
+        close(out.advantages[1:, [1]], [[lose]] * 3)
+        same = get_estimator(name)(inp, episode)  # here turn credit equals episode credit
+        torch.testing.assert_close(out.advantages, same.advantages)
 
 
 def test_grpo_equal_scores_give_zero_not_a_division_by_eps() -> None:
@@ -355,7 +385,7 @@ def test_grpo_equal_scores_give_zero_not_a_division_by_eps() -> None:
     # Per turn the scores are equal too, so every advantage is exactly 0.
     inp = episode_rows([[1.0, 0.0]] * 4)
     for returns in ("episode", "turn"):
-        out = get_estimator("grpo")(inp, AdvantageConfig(returns=returns))
+        out = get_estimator("grpo")(inp, AlgoSection(credit=returns))
         assert torch.equal(out.advantages, torch.zeros_like(out.advantages))
         assert out.stats["zero_variance_group_fraction"] == 1.0
 
@@ -368,7 +398,7 @@ def test_reinforce_pp_whitening_by_hand() -> None:
     mask = torch.tensor([[0, 1, 0, 0], [0, 1, 1, 1]])
     turns = torch.tensor([[-1, 0, -1, -1], [-1, 0, 0, 1]])
     inp = AdvantageInput(rewards, mask, turns, torch.tensor([0, 1]))
-    out = get_estimator("reinforce_pp")(inp, AdvantageConfig(eps=0.0))
+    out = get_estimator("reinforce_pp")(inp, AlgoSection())
     r3 = math.sqrt(3)
     close(out.advantages, [[0, r3, 0, 0], [0, -1 / r3, -1 / r3, -1 / r3]])
 
@@ -376,7 +406,7 @@ def test_reinforce_pp_whitening_by_hand() -> None:
 def test_reinforce_pp_turn_returns_by_hand() -> None:
     # Scores by token (gamma 0.9): A: [1.4, 1.0], B: [0, 0]; mean 0.6,
     # population std sqrt((0.64 + 0.16 + 0.36 + 0.36) / 4) = sqrt(0.38)
-    cfg = AdvantageConfig(gamma=0.9, returns="turn", eps=0.0)
+    cfg = AlgoSection(gamma=0.9, credit="turn")
     out = get_estimator("reinforce_pp")(turn_mode_pair(), cfg)
     s = math.sqrt(0.38)
     close(out.advantages[:, [1, 3]], [[0.8 / s, 0.4 / s], [-0.6 / s, -0.6 / s]])
@@ -386,16 +416,16 @@ def test_reinforce_pp_turn_returns_by_hand() -> None:
 
 
 CONFIGS = [
-    AdvantageConfig(),
-    AdvantageConfig(gamma=0.9, lam=0.8, whiten=False),
-    AdvantageConfig(gamma=0.95, lam=0.0, returns="turn"),
-    AdvantageConfig(gamma=0.7, lam=0.5, norm_by_std=False, returns="turn", whiten=False),
+    AlgoSection(),
+    AlgoSection(gamma=0.9, lam=0.8, whiten=False),
+    AlgoSection(gamma=0.95, lam=0.0, credit="turn"),
+    AlgoSection(gamma=0.7, lam=0.5, credit="turn", whiten=False),
 ]
 
 
 @pytest.mark.parametrize("seed", range(4))
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"g{c.gamma}-l{c.lam}-{c.returns}")
-def test_vectorized_matches_loop_reference(seed: int, cfg: AdvantageConfig) -> None:
+@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"g{c.gamma}-l{c.lam}-{c.credit}")
+def test_vectorized_matches_loop_reference(seed: int, cfg: AlgoSection) -> None:
     inp = random_batch(seed)
     for name, ref in (("gae", gae_ref), ("gae_turn", gae_turn_ref)):
         out = get_estimator(name)(inp, cfg)
@@ -420,7 +450,7 @@ def test_zero_off_the_mask_and_float32(name: str) -> None:
         inp.group_ids,
         inp.values.float(),
     )
-    out = get_estimator(name)(inp32, AdvantageConfig(gamma=0.9, lam=0.9))
+    out = get_estimator(name)(inp32, AlgoSection(gamma=0.9, lam=0.9))
     assert out.advantages.dtype == torch.float32
     assert (out.advantages[~inp32.loss_mask] == 0).all()
     assert (out.returns[~inp32.loss_mask] == 0).all()
@@ -443,7 +473,7 @@ def test_non_agent_rewards_and_values_do_not_matter(name: str) -> None:
         inp.group_ids,
         torch.where(off, -noise, inp.values),
     )
-    cfg = AdvantageConfig(gamma=0.9, lam=0.8)
+    cfg = AlgoSection(gamma=0.9, lam=0.8)
     a, b = get_estimator(name)(inp, cfg), get_estimator(name)(changed, cfg)
     torch.testing.assert_close(a.advantages, b.advantages)
     torch.testing.assert_close(a.returns, b.returns)
@@ -483,7 +513,7 @@ def test_episode_split_over_rows_gives_the_same_advantages(name: str, returns: s
         split.values[perm],
         split.episode_ids[perm],
     )
-    cfg = AdvantageConfig(gamma=0.9, lam=0.8, returns=returns)  # type: ignore[arg-type]
+    cfg = AlgoSection(gamma=0.9, lam=0.8, credit=returns)  # type: ignore[arg-type]
     whole, parts = get_estimator(name)(inp, cfg), get_estimator(name)(split, cfg)
     # Each token is on the mask in exactly one split row: summing the rows back recovers it.
     back = torch.zeros_like(whole.advantages).index_add_(0, pick[perm], parts.advantages)
@@ -499,25 +529,25 @@ def test_episode_split_over_rows_gives_the_same_advantages(name: str, returns: s
 def test_group_of_one_is_an_error(name: str) -> None:
     inp = episode_rows([[1.0], [0.0], [1.0]], group_ids=[0, 0, 5])
     with pytest.raises(ValueError, match=r"at least 2 episodes per group.*\[5\]"):
-        get_estimator(name)(inp, AdvantageConfig())
+        get_estimator(name)(inp, AlgoSection())
 
 
 def test_rows_of_one_episode_count_once_in_a_group() -> None:
     # Two rows of episode 0 plus one row of episode 1: a group of 2 episodes, not 3 rows.
     inp = episode_rows([[1.0], [0.0], [0.0]])
     inp.episode_ids = torch.tensor([0, 0, 1])
-    out = get_estimator("rloo")(inp, AdvantageConfig())  # returns: ep0 = 1, ep1 = 0
+    out = get_estimator("rloo")(inp, AlgoSection())  # returns: ep0 = 1, ep1 = 0
     close(out.advantages[:, 1], [1.0, 1.0, -1.0])
     inp.group_ids = torch.tensor([0, 1, 1])
     with pytest.raises(ValueError, match="share one group"):
-        get_estimator("rloo")(inp, AdvantageConfig())
+        get_estimator("rloo")(inp, AlgoSection())
 
 
 @pytest.mark.parametrize("name", ["grpo", "dr_grpo", "rloo"])
 def test_zero_variance_group_fraction(name: str) -> None:
     # groups: {1, 1} constant, {0, 0} constant, {1, 0} varied -> 2 / 3
     inp = episode_rows([[1.0], [1.0], [0.0], [0.0], [1.0], [0.0]], group_ids=[0, 0, 1, 1, 2, 2])
-    out = get_estimator(name)(inp, AdvantageConfig())
+    out = get_estimator(name)(inp, AlgoSection())
     assert out.stats["zero_variance_group_fraction"] == pytest.approx(2 / 3)
     assert out.stats["num_groups"] == 3
     assert (out.advantages[:4] == 0).all()  # no signal from constant groups

@@ -12,6 +12,7 @@ from tripod.algos.losses import (
     aggregate,
     entropy_from_logits,
     kl_penalty,
+    loss_normaliser,
     policy_loss,
     value_loss,
 )
@@ -172,6 +173,17 @@ def test_seq_mean_skips_empty_rows_and_empty_mask_is_zero() -> None:
     assert float(aggregate(x, torch.zeros(2, 2), "token_mean")) == 0.0
 
 
+def test_loss_normaliser_by_hand() -> None:
+    # 3 rows: 3 agent tokens, none, 1 -> token_mean 4, seq_mean 2 (non-empty rows),
+    # constant: rows x the row budget = 3 x 10 whatever was sampled.
+    m = torch.tensor([[1, 1, 1, 0], [0, 0, 0, 0], [0, 0, 0, 1]])
+    assert loss_normaliser(m, "token_mean") == 4.0
+    assert loss_normaliser(m, "seq_mean") == 2.0
+    assert loss_normaliser(m, "constant", max_row_tokens=10) == 30.0
+    with pytest.raises(ValueError, match="max_row_tokens"):
+        loss_normaliser(m, "constant")
+
+
 def grads_of(model: torch.nn.Module) -> list[torch.Tensor]:
     return [p.grad.clone() for p in model.parameters()]
 
@@ -219,7 +231,8 @@ def test_micro_batches_with_global_normaliser_equal_one_batch(mode: str) -> None
     full = grads_of(model)
 
     model.zero_grad()
-    normaliser = float(data["mask"].sum()) if mode == "token_mean" else 4.0
+    normaliser = loss_normaliser(data["mask"], mode)  # type: ignore[arg-type]
+    assert normaliser == (12.0 if mode == "token_mean" else 4.0)
     for i in range(4):
         loss_on(model, data, slice(i, i + 1), mode, normaliser).backward()
     for a, b in zip(full, grads_of(model)):

@@ -2,7 +2,6 @@
 
 from tripod.algos.advantages import (
     ADVANTAGE_ESTIMATORS,
-    AdvantageConfig,
     AdvantageInput,
     AdvantageOutput,
     EstimatorSpec,
@@ -15,13 +14,13 @@ from tripod.algos.losses import (
     aggregate,
     entropy_from_logits,
     kl_penalty,
+    loss_normaliser,
     policy_loss,
     value_loss,
 )
 
 __all__ = [
     "ADVANTAGE_ESTIMATORS",
-    "AdvantageConfig",
     "AdvantageInput",
     "AdvantageOutput",
     "EstimatorSpec",
@@ -31,6 +30,7 @@ __all__ = [
     "entropy_from_logits",
     "get_estimator",
     "kl_penalty",
+    "loss_normaliser",
     "policy_loss",
     "register_estimator",
     "value_loss",

@@ -1,8 +1,11 @@
 """Advantage estimators: pure, vectorized functions with one signature, in one registry.
 
-Every estimator is ``fn(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput`` and is
-registered by name with its metadata (`EstimatorSpec`): whether it needs a critic and the
-smallest group it accepts. A trainer looks the name up once and never branches on it::
+Every estimator is ``fn(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput``: it reads
+its settings (gamma, lam, credit, whiten) from the recipe's `algo` section itself, so there is
+no second, mirrored config. The names a recipe may use, and what a trainer must know about
+each (needs a critic, smallest group), live torch-free in `tripod.core.estimators`; this module
+registers one implementation per name there and checks at import that the two agree. A
+trainer looks the name up once and never branches on it::
 
     spec = get_estimator(cfg.estimator)
     if spec.needs_critic: ...            # build / train a value model
@@ -29,14 +32,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
 
 import torch
 from torch import Tensor
 
-GROUP_MIN_SIZE = 2
-"""Group baselines (GRPO, Dr.GRPO, RLOO) need at least two episodes per group: with one, the
-GRPO advantage is identically 0 and the RLOO leave-one-out baseline is undefined."""
+from tripod.core.config import AlgoSection
+from tripod.core.estimators import ESTIMATORS, EstimatorInfo
+
+EPS = 1e-6
+"""Added to standard deviations before dividing (whitening, GRPO); equal scores (std 0) give
+advantage 0 rather than a division by EPS."""
 
 
 # ----------------------------------------------------------------------------- records
@@ -81,40 +86,6 @@ class AdvantageInput:
         return torch.arange(self.loss_mask.shape[0], device=self.loss_mask.device)
 
 
-@dataclass
-class AdvantageConfig:
-    """Settings shared by all estimators (each estimator reads the fields it needs)."""
-
-    estimator: str = "gae"
-    """Name in `ADVANTAGE_ESTIMATORS`: gae, gae_turn, grpo, dr_grpo, rloo, reinforce_pp."""
-    gamma: float = 1.0
-    """Discount factor: per agent token for `gae`, per turn for `gae_turn` and for
-    ``returns="turn"``. The published recipe uses 1.0 (gamma < 1 hurt)."""
-    lam: float = 1.0
-    """GAE lambda (`gae`, `gae_turn`): 1.0 = Monte-Carlo return minus value, 0.0 = TD(0)."""
-    norm_by_std: bool = True
-    """`grpo`: divide by the group's standard deviation. False gives Dr.GRPO's advantage
-    (`dr_grpo` never divides, whatever this says)."""
-    returns: Literal["episode", "turn"] = "episode"
-    """Score of a token for group estimators and `reinforce_pp`. "episode": the episode's
-    total reward, compared with the group's episode returns. "turn": its turn's discounted
-    return-to-go ``G_k = sum_{j>=k} gamma^(j-k) r_j``, compared (GRPO, RLOO) with the
-    return-to-go at the same turn k of the group's episodes that reached turn k: comparing a
-    turn-k return with whole-episode returns would push every late turn down (and divide by a
-    zero std whenever the episode returns of a group are equal)."""
-    eps: float = 1e-6
-    """Added to standard deviations before dividing."""
-    whiten: bool = True
-    """`gae`, `gae_turn`: whiten advantages over the batch's agent tokens (returns, the value
-    targets, are computed before whitening)."""
-
-    def __post_init__(self) -> None:
-        if self.returns not in ("episode", "turn"):
-            raise ValueError(f"returns must be 'episode' or 'turn', got {self.returns!r}")
-        if not 0.0 <= self.gamma <= 1.0 or not 0.0 <= self.lam <= 1.0:
-            raise ValueError(f"gamma and lam must be in [0, 1], got {self.gamma}, {self.lam}")
-
-
 @dataclass(eq=False)
 class AdvantageOutput:
     """What every estimator returns."""
@@ -130,37 +101,46 @@ class AdvantageOutput:
 
 # ----------------------------------------------------------------------------- registry
 
-Estimator = Callable[[AdvantageInput, AdvantageConfig], AdvantageOutput]
+Estimator = Callable[[AdvantageInput, AlgoSection], AdvantageOutput]
 
 
 @dataclass(frozen=True)
 class EstimatorSpec:
-    """A registered estimator and what a trainer must know about it. Calling the spec
-    calls the estimator."""
+    """A registered estimator and what a trainer must know about it (from the table in
+    `tripod.core.estimators`). Calling the spec calls the estimator."""
 
     name: str
     fn: Estimator
-    needs_critic: bool = False
-    """The estimator reads `AdvantageInput.values` (a critic must be trained)."""
-    min_group_size: int = 1
-    """Smallest number of episodes per group the estimator accepts."""
+    info: EstimatorInfo
 
-    def __call__(self, inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
+    @property
+    def needs_critic(self) -> bool:
+        """The estimator reads `AdvantageInput.values` (a critic must be trained)."""
+        return self.info.needs_critic
+
+    @property
+    def min_group_size(self) -> int:
+        """Smallest number of episodes per group the estimator accepts."""
+        return self.info.min_group_size
+
+    def __call__(self, inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
         return self.fn(inp, cfg)
 
 
 ADVANTAGE_ESTIMATORS: dict[str, EstimatorSpec] = {}
 
 
-def register_estimator(
-    name: str, *, needs_critic: bool = False, min_group_size: int = 1
-) -> Callable[[Estimator], Estimator]:
-    """Decorator: register ``fn(inp, cfg) -> AdvantageOutput`` under `name`."""
+def register_estimator(name: str) -> Callable[[Estimator], Estimator]:
+    """Decorator: register ``fn(inp, cfg) -> AdvantageOutput`` as the implementation of `name`,
+    a name of the table in `tripod.core.estimators` (its metadata comes from there)."""
 
     def decorate(fn: Estimator) -> Estimator:
+        if name not in ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is not in tripod.core.estimators."
+                             "ESTIMATORS; add it there first (recipes are validated against it)")
         if name in ADVANTAGE_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is already registered")
-        ADVANTAGE_ESTIMATORS[name] = EstimatorSpec(name, fn, needs_critic, min_group_size)
+        ADVANTAGE_ESTIMATORS[name] = EstimatorSpec(name, fn, ESTIMATORS[name])
         return fn
 
     return decorate
@@ -174,7 +154,7 @@ def get_estimator(name: str) -> EstimatorSpec:
     return ADVANTAGE_ESTIMATORS[name]
 
 
-def compute_advantages(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
+def compute_advantages(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
     """Run the estimator named by ``cfg.estimator``."""
     return get_estimator(cfg.estimator)(inp, cfg)
 
@@ -317,7 +297,7 @@ def _require_values(inp: AdvantageInput, name: str) -> Tensor:
 
 
 def _gae_output(
-    adv: Tensor, ret: Tensor, lay: _Layout, inp: AdvantageInput, cfg: AdvantageConfig
+    adv: Tensor, ret: Tensor, lay: _Layout, inp: AdvantageInput, cfg: AlgoSection
 ) -> AdvantageOutput:
     """Wrap per-token advantages / returns [N] (optionally whitened) into an output."""
     stats = {
@@ -326,15 +306,15 @@ def _gae_output(
         "return_mean": float(ret.mean()) if ret.numel() else 0.0,
     }
     if cfg.whiten:
-        adv = _masked_whiten(adv, cfg.eps)
+        adv = _masked_whiten(adv, EPS)
     rewards = inp.token_rewards
     return AdvantageOutput(
         _unpack_tokens(adv, lay, rewards), _unpack_tokens(ret, lay, rewards), stats
     )
 
 
-@register_estimator("gae", needs_critic=True)
-def gae(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
+@register_estimator("gae")
+def gae(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
     """Token-level GAE over agent tokens only (Schulman et al. 2016), as in PPO.
 
     Each episode is compressed to its agent tokens in order (turn, then position), GAE runs
@@ -355,8 +335,8 @@ def gae(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
     return _gae_output(adv, ret, lay, inp, cfg)
 
 
-@register_estimator("gae_turn", needs_critic=True)
-def gae_turn(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
+@register_estimator("gae_turn")
+def gae_turn(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
     """Turn-level GAE: one step per agent turn.
 
     A turn's value is the critic's value at the turn's FIRST agent token (the state before
@@ -384,13 +364,13 @@ def gae_turn(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
 class _Scores:
     token: Tensor  # [N] score of each agent token (episode return or turn return-to-go)
     episode: Tensor  # [E] each episode's total reward
-    unit: Tensor | None  # [U] each turn's return-to-go (returns="turn"), else None
+    unit: Tensor | None  # [U] each turn's return-to-go (credit="turn"), else None
 
 
-def _scores(inp: AdvantageInput, lay: _Layout, cfg: AdvantageConfig) -> _Scores:
+def _scores(inp: AdvantageInput, lay: _Layout, cfg: AlgoSection) -> _Scores:
     rewards = _gather_tokens(inp.token_rewards, lay)  # [N]
     episode = rewards.new_zeros(lay.num_episodes).index_add_(0, lay.episode, rewards)  # [E]
-    if cfg.returns == "episode":
+    if cfg.credit == "episode":
         return _Scores(token=episode[lay.episode], episode=episode, unit=None)
     unit_rewards = rewards.new_zeros(lay.unit_first.numel()).index_add_(0, lay.unit, rewards)
     r_p, valid = _pack(unit_rewards, lay.unit_episode, lay.unit_rank, lay.num_episodes)
@@ -419,10 +399,11 @@ def _group_stats(
     if (episode_group[lay.row_episode] != row_group).any():
         raise ValueError("rows of the same episode must share one group id")
     size = torch.bincount(episode_group, minlength=num_groups)  # [G]
-    if (size < GROUP_MIN_SIZE).any():
-        bad = torch.unique(inp.group_ids[(size < GROUP_MIN_SIZE)[row_group]]).tolist()
+    least = ESTIMATORS[name].min_group_size
+    if (size < least).any():
+        bad = torch.unique(inp.group_ids[(size < least)[row_group]]).tolist()
         raise ValueError(
-            f"{name} needs at least {GROUP_MIN_SIZE} episodes per group (a group of 1 has no "
+            f"{name} needs at least {least} episodes per group (a group of 1 has no "
             f"baseline); groups {bad} have fewer. Sample several episodes per game and seed."
         )
     x = episode_scores  # [E]
@@ -435,114 +416,148 @@ def _group_stats(
     )
 
 
-def _baselines(
-    scores: _Scores, groups: _GroupStats, lay: _Layout, leave_one_out: bool
-) -> tuple[Tensor, Tensor]:
-    """[N] baseline and [N] sample std (Bessel-corrected, as torch.std in TRL and verl) of
-    the scores each agent token is compared with.
-
-    Episode returns: the episode returns of the token's group. Turn returns: the returns-to-go
-    at the token's turn k of the group's episodes that reached turn k (a *cell* is one
-    (group, turn) pair). With `leave_one_out` (RLOO) the token's own episode is left out; a
-    cell with no other episode has baseline 0. A cell of one score has std 0.
-    """
-    if scores.unit is None:
-        x, cell, index = scores.episode, groups.episode_group, lay.episode  # [E], [E], [N]
-        num_cells = int(groups.size.numel())
-    else:
-        turns = int(lay.unit_turn.max()) + 1 if lay.unit_turn.numel() else 1
-        x, index = scores.unit, lay.unit  # [U], [N]
-        cell = groups.episode_group[lay.unit_episode] * turns + lay.unit_turn  # [U]
-        num_cells = int(groups.size.numel()) * turns
-    count = x.new_zeros(num_cells).index_add_(0, cell, torch.ones_like(x))[cell]
-    total = x.new_zeros(num_cells).index_add_(0, cell, x)[cell]
+def _cell_stats(
+    x: Tensor, cell: Tensor, num_cells: int, leave_one_out: bool
+) -> tuple[Tensor, Tensor, Tensor]:
+    """Per element of `x` [M]: the baseline, sample std (Bessel-corrected, as torch.std in
+    TRL and verl) and size of its cell. With `leave_one_out` the baseline is the mean of the
+    OTHER elements of the cell (0 when there are none) and the std is 0 (unused)."""
+    count = x.new_zeros(num_cells).index_add_(0, cell, torch.ones_like(x))[cell]  # [M]
+    total = x.new_zeros(num_cells).index_add_(0, cell, x)[cell]  # [M]
     others = (count - 1).clamp(min=1)
     if leave_one_out:
-        baseline = torch.where(count > 1, (total - x) / others, 0.0)
-        return baseline[index], torch.zeros_like(baseline)[index]
+        return torch.where(count > 1, (total - x) / others, 0.0), torch.zeros_like(x), count
     mean = total / count
     sq = x.new_zeros(num_cells).index_add_(0, cell, (x - mean) ** 2)[cell]
-    std = torch.where(count > 1, (sq / others).sqrt(), 0.0)
-    return mean[index], std[index]
+    return mean, torch.where(count > 1, (sq / others).sqrt(), 0.0), count
+
+
+@dataclass(frozen=True, eq=False)
+class _Baselines:
+    mean: Tensor  # [N] baseline each agent token's score is compared with
+    std: Tensor  # [N] std of the scores that baseline is taken over
+    fallback_fraction: float  # turn credit: share of turns compared with episode returns
+
+
+def _baselines(
+    scores: _Scores, groups: _GroupStats, lay: _Layout, leave_one_out: bool
+) -> _Baselines:
+    """What each agent token's score is compared with (its *cell*).
+
+    Episode credit: the episode returns of the token's group. Turn credit: the
+    returns-to-go at the token's turn k of the group's episodes that reached turn k (a cell is
+    one (group, turn) pair). A turn that fewer than 2 episodes of the group reached has no
+    peer at turn k; it falls back to the episode-level cell: its return-to-go is compared with
+    the group's episode returns. With `leave_one_out` (RLOO) the token's own episode is left
+    out of the cell.
+    """
+    num_groups = int(groups.size.numel())
+    ep_mean, ep_std, _ = _cell_stats(
+        scores.episode, groups.episode_group, num_groups, leave_one_out
+    )  # [E], [E]
+    if scores.unit is None:
+        return _Baselines(ep_mean[lay.episode], ep_std[lay.episode], 0.0)
+    turns = int(lay.unit_turn.max()) + 1 if lay.unit_turn.numel() else 1
+    cell = groups.episode_group[lay.unit_episode] * turns + lay.unit_turn  # [U]
+    mean, std, count = _cell_stats(scores.unit, cell, num_groups * turns, leave_one_out)
+    alone = count < 2  # [U] no other episode of the group reached this turn
+    mean = torch.where(alone, ep_mean[lay.unit_episode], mean)  # [U]
+    std = torch.where(alone, ep_std[lay.unit_episode], std)  # [U]
+    fallback = float(alone.float().mean()) if alone.numel() else 0.0
+    return _Baselines(mean[lay.unit], std[lay.unit], fallback)
 
 
 def _group_output(
-    adv: Tensor, scores: _Scores, groups: _GroupStats, lay: _Layout, inp: AdvantageInput
+    adv: Tensor, scores: _Scores, groups: _GroupStats, base: _Baselines, lay: _Layout,
+    inp: AdvantageInput,
 ) -> AdvantageOutput:
     stats = {
         "zero_variance_group_fraction": groups.zero_variance_fraction,
         "num_groups": float(groups.size.numel()),
         "score_mean": float(scores.episode.mean()) if scores.episode.numel() else 0.0,
+        "advantage_abs_mean": float(adv.abs().mean()) if adv.numel() else 0.0,
     }
+    if scores.unit is not None:
+        stats["turn_fallback_fraction"] = base.fallback_fraction
     rewards = inp.token_rewards
     return AdvantageOutput(
         _unpack_tokens(adv, lay, rewards), _unpack_tokens(scores.token, lay, rewards), stats
     )
 
 
-def _grpo(
-    inp: AdvantageInput, cfg: AdvantageConfig, norm_by_std: bool, name: str
-) -> AdvantageOutput:
+def _grpo(inp: AdvantageInput, cfg: AlgoSection, norm_by_std: bool, name: str) -> AdvantageOutput:
     lay = _layout(inp)
     scores = _scores(inp, lay, cfg)
     groups = _group_stats(inp, lay, scores.episode, name)
-    mean, std = _baselines(scores, groups, lay, leave_one_out=False)  # [N], [N]
-    adv = scores.token - mean  # [N]
+    base = _baselines(scores, groups, lay, leave_one_out=False)
+    adv = scores.token - base.mean  # [N]
     if norm_by_std:  # equal scores (std 0) give 0, not 0 / eps
-        adv = torch.where(std > 0, adv / (std + cfg.eps), 0.0)
-    return _group_output(adv, scores, groups, lay, inp)
+        adv = torch.where(base.std > 0, adv / (base.std + EPS), 0.0)
+    return _group_output(adv, scores, groups, base, lay, inp)
 
 
-@register_estimator("grpo", min_group_size=GROUP_MIN_SIZE)
-def grpo(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
+@register_estimator("grpo")
+def grpo(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
     """GRPO outcome advantage (Shao et al. 2024): ``(s - mean_g) / (std_g + eps)``.
 
     ``s`` is the token's score: the episode return, with mean and sample std over the episode
-    returns of its group; or (``returns="turn"``) turn k's return-to-go, with mean and std
+    returns of its group; or (``credit="turn"``) turn k's return-to-go, with mean and std
     over the returns-to-go at turn k of the group's episodes that reached turn k. Scores that
-    are all equal (std 0) give advantage 0.
-    With ``cfg.norm_by_std=False`` this is the Dr.GRPO advantage. The group mean includes the
-    episode itself, so the baseline is slightly correlated with its own actions (the known
-    GRPO bias, which vanishes as groups grow); `rloo` avoids it.
+    are all equal (std 0) give advantage 0. `dr_grpo` is the same without the division by
+    the std. The group mean includes the episode itself, so the baseline is slightly
+    correlated with its own actions (the known GRPO bias, which vanishes as groups grow);
+    `rloo` avoids it.
+
+    Turn credit, turns no other episode reached: such a turn k has no return-to-go to be
+    compared with, so it is compared with the group's episode returns instead (mean and std
+    of the episode-credit baseline), never given advantage 0. One 4-turn win against three
+    1-turn losses (episode returns [1, 0, 0, 0], gamma 1) gives the winner 1.5 on every turn,
+    as episode credit does, instead of [1.5, 0, 0, 0], which would silence exactly the long
+    winning episodes. The share of turns that fell back is logged (`turn_fallback_fraction`).
     """
-    return _grpo(inp, cfg, cfg.norm_by_std, "grpo")
+    return _grpo(inp, cfg, True, "grpo")
 
 
-@register_estimator("dr_grpo", min_group_size=GROUP_MIN_SIZE)
-def dr_grpo(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
-    """Dr.GRPO (Liu et al. 2025): ``s - mean_g`` with no std division, whatever
-    ``cfg.norm_by_std`` says. Pair it with the "constant" loss aggregation to remove GRPO's
-    length bias as well."""
+@register_estimator("dr_grpo")
+def dr_grpo(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
+    """Dr.GRPO (Liu et al. 2025): ``s - mean_g``, GRPO without the division by the group std
+    (same cells, same turn-credit fallback). Pair it with the "constant" loss aggregation to
+    remove GRPO's length bias as well."""
     return _grpo(inp, cfg, False, "dr_grpo")
 
 
-@register_estimator("rloo", min_group_size=GROUP_MIN_SIZE)
-def rloo(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
+@register_estimator("rloo")
+def rloo(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
     """RLOO (Ahmadian et al. 2024): ``s_i - mean_{j != i} R_j`` over the group's episodes.
 
-    Group returns [1, 0, 0] give advantages [1, -0.5, -0.5]. With ``returns="turn"``,
+    Group returns [1, 0, 0] give advantages [1, -0.5, -0.5]. With ``credit="turn"``,
     ``s_i`` is turn k's return-to-go G_k and the baseline is the mean G_k of the OTHER
-    episodes of the group that reached turn k (0 when none did). Either baseline is unbiased:
-    the other episodes are sampled independently of episode i, so it does not depend on the
-    action a_k and ``E[grad log pi(a_k|s_k) * b] = b * E[grad log pi(a_k|s_k)] = 0``.
+    episodes of the group that reached turn k. Either baseline is unbiased: the other
+    episodes are sampled independently of episode i, so it does not depend on the action
+    a_k and ``E[grad log pi(a_k|s_k) * b] = b * E[grad log pi(a_k|s_k)] = 0``.
+
+    Turn credit, turns no other episode reached: the baseline is the mean episode return of
+    the other episodes of the group (still independent of episode i, so still unbiased); a
+    4-turn win (return 1) against three 1-turn losses gets 1 on every turn, as with episode
+    credit, instead of 0 on the turns only it reached.
     """
     lay = _layout(inp)
     scores = _scores(inp, lay, cfg)
     groups = _group_stats(inp, lay, scores.episode, "rloo")
-    baseline, _ = _baselines(scores, groups, lay, leave_one_out=True)  # [N]
-    return _group_output(scores.token - baseline, scores, groups, lay, inp)
+    base = _baselines(scores, groups, lay, leave_one_out=True)
+    return _group_output(scores.token - base.mean, scores, groups, base, lay, inp)
 
 
 @register_estimator("reinforce_pp")
-def reinforce_pp(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
+def reinforce_pp(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
     """REINFORCE++ (Hu 2025): scores whitened over all agent tokens of the batch.
 
     ``A = (s - mean) / (std + eps)`` with mean and (population) std over tokens, where ``s``
-    is the episode return or the turn return-to-go (``cfg.returns``). No critic, no groups.
+    is the episode return or the turn return-to-go (``cfg.credit``). No critic, no groups.
     """
     lay = _layout(inp)
     scores = _scores(inp, lay, cfg)
-    adv = _masked_whiten(scores.token, cfg.eps)  # [N]
+    adv = _masked_whiten(scores.token, EPS)  # [N]
     stats = {
         "score_mean": float(scores.token.mean()) if scores.token.numel() else 0.0,
         "score_std": float(scores.token.std(unbiased=False)) if scores.token.numel() else 0.0,
@@ -551,3 +566,20 @@ def reinforce_pp(inp: AdvantageInput, cfg: AdvantageConfig) -> AdvantageOutput:
     return AdvantageOutput(
         _unpack_tokens(adv, lay, rewards), _unpack_tokens(scores.token, lay, rewards), stats
     )
+
+
+# ----------------------------------------------------------------------------- table check
+
+
+def _check_registry() -> None:
+    """The registry implements exactly the names recipes are validated against."""
+    missing = sorted(set(ESTIMATORS) - set(ADVANTAGE_ESTIMATORS))
+    extra = sorted(set(ADVANTAGE_ESTIMATORS) - set(ESTIMATORS))
+    if missing or extra:
+        raise RuntimeError(
+            f"tripod.core.estimators.ESTIMATORS and the registered advantage estimators "
+            f"disagree: not implemented {missing}, not in the table {extra}"
+        )
+
+
+_check_registry()

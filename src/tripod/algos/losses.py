@@ -154,8 +154,8 @@ def aggregate(
 
     Micro-batching: to get exactly the gradient of one big minibatch when it is split into
     micro-batches whose losses are summed (gradient accumulation), pass the normaliser of
-    the WHOLE minibatch to every micro-batch: its total ``sum(m)`` for token_mean, its number
-    of non-empty rows for seq_mean. Without it each micro-batch divides by its own count
+    the WHOLE minibatch to every micro-batch (`loss_normaliser`): its total ``sum(m)`` for
+    token_mean, its number of non-empty rows for seq_mean. Without it each micro-batch divides by its own count
     and tokens in short micro-batches are over-weighted.
     """
     mask = loss_mask.bool()  # [B, T]
@@ -172,6 +172,29 @@ def aggregate(
         if normaliser is None:
             raise ValueError("aggregate(mode='constant') needs a normaliser")
         return masked.sum() / normaliser
+    raise ValueError(f"unknown aggregation {mode!r}; valid: token_mean, seq_mean, constant")
+
+
+def loss_normaliser(
+    loss_mask: Tensor,
+    mode: Literal["token_mean", "seq_mean", "constant"],
+    max_row_tokens: int | None = None,
+) -> float:
+    """The denominator `aggregate` needs for a WHOLE minibatch [B, T] (see its docstring).
+
+    - ``token_mean``: its number of agent tokens;
+    - ``seq_mean``: its number of rows with at least one agent token;
+    - ``constant``: rows x `max_row_tokens`, the most agent tokens a row can hold (e.g. max
+      new tokens per action x max turns): a fixed budget, not the sampled lengths.
+    """
+    if mode == "token_mean":
+        return float(loss_mask.sum())
+    if mode == "seq_mean":
+        return float((loss_mask.sum(-1) > 0).sum())
+    if mode == "constant":
+        if max_row_tokens is None:
+            raise ValueError("loss_normaliser(mode='constant') needs max_row_tokens")
+        return float(loss_mask.shape[0] * max_row_tokens)
     raise ValueError(f"unknown aggregation {mode!r}; valid: token_mean, seq_mean, constant")
 
 

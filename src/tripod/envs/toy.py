@@ -1,20 +1,30 @@
 """A tiny learnable environment for tests and smoke runs: `toy/letters-N`.
 
 The agent must answer N turns; on turn k the answer is correct when its first letter is the
-k-th target letter (targets are fixed: a, b, c, ...). Each correct turn scores 1 point, the
-episode always lasts N turns, and it is won when every turn was correct. A random policy wins
-rarely. `vocabulary` limits the admissible words (the first k of apple, banana, cherry, ...):
-a model first taught to answer with a uniformly random admissible word (the `random` scripted
-actor) wins (1/k)^N of its episodes and must then learn the right sequence by RL, which is
-what the learning tests check.
+k-th target letter (a, b, c, ...: the same in every game). Each correct turn scores 1 point,
+the episode always lasts N turns, and it is won when every turn was correct.
+
+Games differ by index and split: game `index` of `split` lists the admissible words in its own
+order (shuffled with the seed `game_seed(split, index)`) in its objective, so held-out games
+show the policy prompts it never saw in training. What they test is that the learnt answers
+do not hinge on one exact prompt (e.g. on copying the word listed first), not a new task: the
+letters are the same, which keeps the task learnable by a tiny model in a few dozen RL
+iterations. (Per-game target letters were tried: GRPO with the learning test's settings did
+not learn them in 50 iterations.)
+
+`vocabulary` limits the admissible words (the first k of apple, banana, cherry, ...): a model
+first taught to answer with a uniformly random admissible word (the `random` scripted actor)
+wins (1/k)^N of its episodes and must then learn the right sequence by RL, which is what the
+learning tests check.
 """
 
 from __future__ import annotations
 
+import random
 import re
 import string
 
-from tripod.envs.base import Step, StepInfo, clean_action
+from tripod.envs.base import Step, StepInfo, clean_action, game_seed
 from tripod.envs.registry import register
 
 _WORDS = {c: w for c, w in zip(string.ascii_lowercase, ["apple", "banana", "cherry", "dates", "eggs", "figs", "grapes", "honey", "ice", "jam", "kiwi", "lemon", "mango", "nuts", "olive", "pear", "quince", "rice", "salt", "tea", "udon", "vanilla", "water", "xigua", "yam", "zucchini"])}
@@ -25,16 +35,27 @@ class LettersEnv:
 
     def __init__(self, env_id: str, split: str = "train", turns: int = 2,
                  vocabulary: int = 26) -> None:
+        if not 1 <= vocabulary <= len(_WORDS):
+            raise ValueError(f"vocabulary must be in [1, {len(_WORDS)}], got {vocabulary}")
         self.env_id, self.split, self.turns = env_id, split, turns
         self.words = list(_WORDS.values())[:max(vocabulary, turns)]
         self.targets = string.ascii_lowercase[:turns]
+        self.listed = list(self.words)
+        self.game_index = -1
         self._turn = 0
         self._score = 0
+
+    def _listing(self, game_index: int) -> list[str]:
+        """The game's order of the admissible words: a pure function of (split, index)."""
+        listed = list(self.words)
+        random.Random(game_seed(self.split, game_index)).shuffle(listed)
+        return listed
 
     @property
     def _objective(self) -> str:
         letters = ", then ".join(f"'{c}'" for c in self.targets)
-        return f"Answer with one word per turn: a word starting with {letters}."
+        return (f"Words: {', '.join(self.listed)}. Answer with one word per turn: a word "
+                f"starting with {letters}.")
 
     def _info(self, invalid: bool = False) -> StepInfo:
         done = self._turn >= self.turns
@@ -44,13 +65,15 @@ class LettersEnv:
             max_score=float(self.turns), progress=self._score / self.turns,
             expert_action=None if done else _WORDS[self.targets[self._turn]],
             admissible_actions=None if done else list(self.words),
-            invalid_action=invalid, game_id=f"{self.env_id}:{self.split}",
+            invalid_action=invalid,
+            game_id=f"{self.env_id}:{self.split}:{self.game_index}",
         )
 
     def _ask(self) -> str:
         return f"Turn {self._turn + 1}: a word starting with '{self.targets[self._turn]}'."
 
-    def reset(self, seed: int) -> tuple[str, StepInfo]:
+    def reset(self, game_index: int) -> tuple[str, StepInfo]:
+        self.game_index, self.listed = game_index, self._listing(game_index)
         self._turn, self._score = 0, 0
         return self._ask(), self._info()
 

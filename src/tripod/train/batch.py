@@ -8,10 +8,12 @@ Either way the ids are the sampled ids; nothing is re-tokenized.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
+from torch import Tensor
 
+from tripod.algos.losses import entropy_from_logits
 from tripod.core.types import Trajectory
 
 
@@ -26,6 +28,33 @@ class Row:
     turn_ids: list[int]        # turn index on agent tokens, -1 elsewhere
     group_id: int
     episode_id: int
+
+
+@dataclass
+class Selection:
+    """The episodes of an iteration that can be trained on, and what was left out."""
+
+    trajectories: list[Trajectory]
+    env_errors: int = 0
+    """Episodes that ended in an env error (never trained on)."""
+    dropped_groups: int = 0
+    """Groups left with fewer episodes than the estimator's minimum once env errors were
+    removed: their remaining episodes have no baseline and are left out of the loss."""
+    dropped_episodes: int = 0
+    """Episodes that ran but were left out with their group."""
+
+
+def trainable_episodes(trajs: list[Trajectory], min_group_size: int = 1) -> Selection:
+    """Drop env errors, then every group left with fewer than `min_group_size` episodes (a
+    group estimator cannot give a baseline to a group of one: issue 13)."""
+    ran = [t for t in trajs if not t.failed]
+    size: dict[int, int] = {}
+    for t in ran:
+        size[t.group_id] = size.get(t.group_id, 0) + 1
+    small = {g for g, n in size.items() if n < min_group_size}
+    kept = [t for t in ran if t.group_id not in small]
+    return Selection(kept, env_errors=len(trajs) - len(ran), dropped_groups=len(small),
+                     dropped_episodes=len(ran) - len(kept))
 
 
 def _prefix_consistent(traj: Trajectory) -> bool:
@@ -64,27 +93,90 @@ def trajectory_rows(traj: Trajectory, rewards: list[float]) -> list[Row]:
     return rows
 
 
-def collate(rows: list[Row], pad_id: int) -> dict[str, torch.Tensor]:
-    """Right-pad rows into tensors of shape [B, T]."""
+@dataclass
+class TrainBatch:
+    """A training batch: B rows right-padded to T tokens.
+
+    `collate` fills the recorded fields; the trainer's scoring step adds `ref_logprobs`,
+    `old_values` and `kl_rewards`, its advantage step `advantages` and `returns` (each None
+    until then).
+    """
+
+    input_ids: Tensor
+    """[B, T] long. The recorded ids (pad after the row's end)."""
+    attention_mask: Tensor
+    """[B, T] long. 1 on the row's tokens, 0 on padding."""
+    loss_mask: Tensor
+    """[B, T] float. 1 on trainable agent tokens."""
+    old_logprobs: Tensor
+    """[B, T] float. Sampling logprobs on agent tokens, 0 elsewhere."""
+    token_rewards: Tensor
+    """[B, T] float. Each turn's task reward on its last agent token."""
+    turn_ids: Tensor
+    """[B, T] long. Turn index on agent tokens, -1 elsewhere."""
+    group_ids: Tensor
+    """[B] long. Episodes of one game and seed share a group."""
+    episode_ids: Tensor
+    """[B] long. Rows of one episode share an id."""
+    ref_logprobs: Tensor | None = None
+    """[B, T] reference-policy logprobs (only with a KL penalty)."""
+    old_values: Tensor | None = None
+    """[B, T] critic values before the update (only with a critic)."""
+    kl_rewards: Tensor | None = None
+    """[B, T] `token_rewards` minus the KL penalty (only with `algo.kl_in=reward`): what the
+    estimator reads then. `token_rewards` stays the task reward, for metrics."""
+    advantages: Tensor | None = None
+    """[B, T] the estimator's advantages (0 off the mask)."""
+    returns: Tensor | None = None
+    """[B, T] value targets (critic estimators) or each token's score."""
+
+    @property
+    def num_rows(self) -> int:
+        return int(self.input_ids.shape[0])
+
+    def select(self, rows: list[int]) -> TrainBatch:
+        """The given rows, with the right padding they all share trimmed off (short rows
+        then cost no compute for the longest row of the whole batch)."""
+        idx = torch.as_tensor(rows, dtype=torch.long)
+        t = int(self.attention_mask[idx].sum(1).max())
+        out = {}
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if v is not None:
+                v = v[idx, :t] if v.dim() == 2 else v[idx]
+            out[f.name] = v
+        return TrainBatch(**out)
+
+    def __getitem__(self, name: str) -> Tensor:
+        """Read-only field access by name, for code written against the former dict batch
+        (train/sft.py); new code reads attributes."""
+        value = getattr(self, name)
+        if value is None:
+            raise KeyError(name)
+        return value
+
+
+def collate(rows: list[Row], pad_id: int) -> TrainBatch:
+    """Right-pad rows into a [B, T] batch."""
     t = max(len(r.input_ids) for r in rows)
 
     def pad(values: list, fill) -> list:
         return values + [fill] * (t - len(values))
 
-    return {
-        "input_ids": torch.tensor([pad(r.input_ids, pad_id) for r in rows]),
-        "attention_mask": torch.tensor([pad([1] * len(r.input_ids), 0) for r in rows]),
-        "loss_mask": torch.tensor([pad(r.loss_mask, 0) for r in rows], dtype=torch.float32),
-        "old_logprobs": torch.tensor([pad(r.logprobs, 0.0) for r in rows]),
-        "token_rewards": torch.tensor([pad(r.rewards, 0.0) for r in rows]),
-        "turn_ids": torch.tensor([pad(r.turn_ids, -1) for r in rows]),
-        "group_ids": torch.tensor([r.group_id for r in rows]),
-        "episode_ids": torch.tensor([r.episode_id for r in rows]),
-    }
+    return TrainBatch(
+        input_ids=torch.tensor([pad(r.input_ids, pad_id) for r in rows]),
+        attention_mask=torch.tensor([pad([1] * len(r.input_ids), 0) for r in rows]),
+        loss_mask=torch.tensor([pad(r.loss_mask, 0) for r in rows], dtype=torch.float32),
+        old_logprobs=torch.tensor([pad(r.logprobs, 0.0) for r in rows]),
+        token_rewards=torch.tensor([pad(r.rewards, 0.0) for r in rows]),
+        turn_ids=torch.tensor([pad(r.turn_ids, -1) for r in rows]),
+        group_ids=torch.tensor([r.group_id for r in rows]),
+        episode_ids=torch.tensor([r.episode_id for r in rows]),
+    )
 
 
-def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                   temperature: float = 1.0, loss_mask: torch.Tensor | None = None,
+def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
+                   temperature: float = 1.0, loss_mask: Tensor | None = None,
                    with_entropy: bool = False, with_hidden: bool = False):
     """Teacher-forced log p(token_t | tokens_<t) at every position t where `loss_mask` is set
     (all positions after the first if None); 0 elsewhere.
@@ -92,7 +184,9 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     The LM head runs only on the selected positions: the [tokens, vocab] logits of prompt and
     environment tokens would dominate memory and time (vocab 49k) and are never used.
     Returns logprobs [B, T] (aligned with input_ids), entropy [B, T] or None, and the last
-    hidden states [B, T, H] or None. Temperature matches the sampler's tempered distribution.
+    hidden states [B, T, H] or None. Temperature matches the sampler's tempered distribution
+    (the entropy is the tempered distribution's too). Non-finite logits give non-finite
+    logprobs (log-softmax of finite logits is finite), which the learner checks.
     """
     hidden = model.get_decoder()(input_ids=input_ids,
                                  attention_mask=attention_mask).last_hidden_state  # [B, T, H]
@@ -110,5 +204,5 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     entropy = None
     if with_entropy:
         entropy = torch.zeros_like(logp)
-        entropy[:, 1:][select] = -(logp_all.exp() * logp_all).sum(-1)
+        entropy[:, 1:][select] = entropy_from_logits(logits)                 # [N]
     return logp, entropy, (hidden if with_hidden else None)

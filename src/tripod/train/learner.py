@@ -1,0 +1,335 @@
+"""The learner: the trainable state (policy, critic, reference, optimizers) and its update.
+
+`score` runs the no-gradient forward passes a batch needs before its advantages (reference
+logprobs, critic values, the KL penalty in the reward); `update` runs PPO-style epochs over
+minibatches, each minibatch one optimizer step accumulated over micro-batches.
+
+Numerical guards: a minibatch whose logits, advantages, loss or gradient norm is not finite
+is not applied (the optimizer step is skipped, the reason counted and returned); after
+`MAX_CONSECUTIVE_SKIPS` skipped steps in a row the run stops with `TrainingStopped`, naming
+the likely cause, instead of training on garbage (issue 12).
+
+Data parallelism: the update is written so that a torch.distributed (DDP / FSDP2) learner
+can wrap it without touching the loop. Every rank computes the same minibatch order and the
+normaliser of the WHOLE minibatch; `Learner.micro_batches` is where a rank would keep its
+share of the micro-batches, `Learner.reduce_gradients` where it would all-reduce (SUM: each
+micro-loss is already divided by the whole minibatch's normaliser) the accumulated
+gradients, and `Learner.agree` where the ranks would agree to skip a step when any of them
+saw a non-finite value. On one process they are the identity.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import Tensor
+
+from tripod.algos.advantages import get_estimator
+from tripod.algos.losses import (
+    add_kl_to_rewards,
+    aggregate,
+    kl_penalty,
+    loss_normaliser,
+    policy_loss,
+    value_loss,
+)
+from tripod.core.config import TrainConfig
+from tripod.policy.models import Policy, load_policy
+from tripod.train.batch import TrainBatch, token_logprobs
+from tripod.train.common import chunks
+from tripod.train.critic import Critic
+
+MAX_CONSECUTIVE_SKIPS = 5
+"""Skipped optimizer steps in a row (across iterations) after which the run stops: one
+non-finite minibatch is noise worth skipping; five in a row means the weights or the data
+are broken and every later step would be skipped too."""
+
+LIKELY_CAUSE = {
+    "logits": "the policy's weights or activations are not finite: the learning rate is "
+              "probably too high (lower algo.lr), or the model or checkpoint is corrupt",
+    "advantages": "rewards or critic values are not finite: check the env's rewards, and "
+                  "lower algo.critic_lr if a critic diverged",
+    "loss": "the policy moved too far from the sampling or reference policy (a ratio or KL "
+            "term overflowed): lower algo.lr or raise algo.kl_coef",
+    "gradient": "the gradients exploded: lower algo.lr (or algo.grad_clip)",
+}
+"""Skip reason -> what probably caused it, for the message that stops the run."""
+
+
+class TrainingStopped(RuntimeError):
+    """The run cannot go on meaningfully (e.g. every update is non-finite)."""
+
+
+@dataclass
+class Learner:
+    """The trainable state: policy (+ LoRA), optional critic and reference, optimizers."""
+
+    policy: Policy
+    cfg: TrainConfig
+    critic: Critic | None = None
+    ref_model: torch.nn.Module | None = None
+    optimizer: torch.optim.Optimizer = field(init=False)
+    critic_optimizer: torch.optim.Optimizer | None = field(init=False, default=None)
+    nan_skips: int = 0
+    """Optimizer steps skipped since the run started (any reason)."""
+    consecutive_skips: int = 0
+    """Optimizer steps skipped in a row, up to now."""
+
+    def __post_init__(self) -> None:
+        algo = self.cfg.algo
+        params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        groups = [{"params": params, "lr": algo.lr}]
+        if self.critic is not None and self.critic.mode == "shared":
+            groups.append({"params": list(self.critic.head.parameters()), "lr": algo.critic_lr})
+        self.optimizer = torch.optim.AdamW(groups, weight_decay=algo.weight_decay)
+        if self.critic is not None and self.critic.mode == "copy":
+            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(),
+                                                      lr=algo.critic_lr)
+
+    @property
+    def uses_lora(self) -> bool:
+        return hasattr(self.policy.model, "disable_adapter")
+
+    @property
+    def shared_critic(self) -> bool:
+        return self.critic is not None and self.critic.mode == "shared"
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict(),
+                "critic": self.critic.state_dict() if self.critic else None,
+                "critic_optimizer": (self.critic_optimizer.state_dict()
+                                     if self.critic_optimizer else None),
+                "nan_skips": self.nan_skips, "consecutive_skips": self.consecutive_skips}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.critic is not None and state.get("critic") is not None:
+            self.critic.load_state_dict(state["critic"])
+        if self.critic_optimizer is not None and state.get("critic_optimizer") is not None:
+            self.critic_optimizer.load_state_dict(state["critic_optimizer"])
+        self.nan_skips = state.get("nan_skips", 0)
+        self.consecutive_skips = state.get("consecutive_skips", 0)
+
+    # -- the data-parallel seams (identity on one process) ---------------------------------
+    def micro_batches(self, mb: TrainBatch) -> list[TrainBatch]:
+        """The micro-batches of a minibatch this process computes (all of them here)."""
+        rows = list(range(mb.num_rows))
+        return [mb.select(r) for r in chunks(rows, self.cfg.algo.micro_batch_size)]
+
+    def reduce_gradients(self) -> None:
+        """Combine the accumulated gradients of all processes (nothing to do on one)."""
+
+    def agree(self, reason: str | None) -> str | None:
+        """The skip decision every process takes (a step is skipped if any process skips)."""
+        return reason
+
+    # -- one optimizer step ----------------------------------------------------------------
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.critic_optimizer is not None:
+            self.critic_optimizer.zero_grad(set_to_none=True)
+
+    def clip_and_step(self) -> tuple[float, str | None]:
+        """Clip, then step unless the gradient norm is not finite: (norm, skip reason)."""
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.algo.grad_clip)
+        reason = self.agree(None if torch.isfinite(grad_norm) else "gradient")
+        if reason is not None:
+            return float(grad_norm), reason
+        self.optimizer.step()
+        if self.critic_optimizer is not None:
+            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.algo.grad_clip)
+            self.critic_optimizer.step()
+        return float(grad_norm), None
+
+
+def build_learner(cfg: TrainConfig, policy: Policy | None = None) -> Learner:
+    """Load the policy (wrapping it with LoRA if asked), the critic and the reference."""
+    policy = policy or load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
+    if cfg.model.lora.enabled and not hasattr(policy.model, "disable_adapter"):
+        from peft import LoraConfig, get_peft_model
+
+        lora = cfg.model.lora
+        policy.model = get_peft_model(policy.model, LoraConfig(
+            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+            target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+    spec = get_estimator(cfg.algo.estimator)
+    critic = Critic(policy.model, cfg.algo.critic) if spec.needs_critic else None
+    ref = None
+    if cfg.algo.kl_coef > 0 and not hasattr(policy.model, "disable_adapter"):
+        ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
+    return Learner(policy, cfg, critic, ref)
+
+
+# -- score: the no-gradient passes before the advantages ------------------------------------
+def score(learner: Learner, batch: TrainBatch) -> TrainBatch:
+    """Reference logprobs (with a KL penalty), old critic values (with a critic) and the
+    KL-penalised rewards (with `algo.kl_in=reward`), added to the batch."""
+    algo = learner.cfg.algo
+    size = algo.micro_batch_size
+    with torch.no_grad():
+        if algo.kl_coef > 0:
+            batch.ref_logprobs = _per_micro(batch, size, lambda mb: reference_logprobs(
+                learner, mb))
+            if algo.kl_in == "reward":
+                batch.kl_rewards = add_kl_to_rewards(
+                    batch.token_rewards, batch.old_logprobs, batch.ref_logprobs,
+                    batch.loss_mask, algo.kl_coef, algo.kl_kind)
+        if learner.critic is not None:
+            batch.old_values = _per_micro(batch, size, lambda mb: _values(learner, mb))
+    return batch
+
+
+def reference_logprobs(learner: Learner, mb: TrainBatch) -> Tensor:
+    """[B, T] logprobs under the reference: the frozen copy, or with LoRA the base model
+    (the adapters switched off: no second copy of the weights)."""
+    temperature = learner.cfg.rollout.train.temperature
+    if learner.ref_model is not None:
+        return token_logprobs(learner.ref_model, mb.input_ids, mb.attention_mask,
+                              temperature, mb.loss_mask)[0]
+    with learner.policy.model.disable_adapter():
+        return token_logprobs(learner.policy.model, mb.input_ids, mb.attention_mask,
+                              temperature, mb.loss_mask)[0]
+
+
+def _per_micro(batch: TrainBatch, size: int, fn: Callable[[TrainBatch], Tensor]) -> Tensor:
+    """Apply `fn` to micro-batches (trimmed of shared padding); re-pad to [B, T] and stack."""
+    t = batch.input_ids.shape[1]
+    outs = [fn(batch.select(idx)) for idx in chunks(list(range(batch.num_rows)), size)]
+    return torch.cat([torch.nn.functional.pad(o, (0, t - o.shape[1])) for o in outs])
+
+
+def _values(learner: Learner, mb: TrainBatch, hidden: Tensor | None = None) -> Tensor:
+    if learner.shared_critic and hidden is None:
+        hidden = learner.policy.model.get_decoder()(
+            input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+    return learner.critic(mb.input_ids, mb.attention_mask, hidden)
+
+
+# -- update ----------------------------------------------------------------------------------
+@dataclass
+class MicroLoss:
+    """One micro-batch's losses, or the reason it must not be applied."""
+
+    loss: Tensor
+    """Actor loss (+ shared value loss), divided by the whole minibatch's normaliser."""
+    critic_loss: Tensor | None
+    """The copied critic's own loss (None without one, or with a shared critic)."""
+    stats: dict[str, float]
+    problem: str | None = None
+    """A key of `LIKELY_CAUSE` when a value is not finite (the step is then skipped)."""
+
+
+def _finite_on(x: Tensor, mask: Tensor) -> bool:
+    return bool(torch.isfinite(torch.where(mask.bool(), x, 0.0)).all())
+
+
+def micro_loss(learner: Learner, mb: TrainBatch, norm: float) -> MicroLoss:
+    """Actor loss (+ shared value loss) and, for a copied critic, its own loss."""
+    cfg, algo = learner.cfg, learner.cfg.algo
+    mask = mb.loss_mask
+    logp, entropy, hidden = token_logprobs(
+        learner.policy.model, mb.input_ids, mb.attention_mask, cfg.rollout.train.temperature,
+        mask, with_entropy=True, with_hidden=learner.shared_critic)
+    per_tok, stats = policy_loss(logp, mb.old_logprobs, mb.advantages, mask,
+                                 algo.clip_low, algo.clip_high, algo.dual_clip)
+    loss = aggregate(per_tok, mask, algo.loss_agg, norm)
+    stats["entropy"] = float(aggregate(entropy.detach(), mask, "token_mean"))
+    if algo.entropy_coef:
+        loss = loss - algo.entropy_coef * aggregate(entropy, mask, algo.loss_agg, norm)
+    if mb.ref_logprobs is not None:
+        kl = kl_penalty(logp, mb.ref_logprobs, algo.kl_kind)
+        stats["kl"] = float(aggregate(kl.detach(), mask, "token_mean"))
+        if algo.kl_in == "loss":
+            loss = loss + algo.kl_coef * aggregate(kl, mask, algo.loss_agg, norm)
+    critic_loss = None
+    if learner.critic is not None:
+        vl = aggregate(value_loss(_values(learner, mb, hidden), mb.old_values, mb.returns,
+                                  mask, algo.value_clip), mask, algo.loss_agg, norm)
+        stats["value_loss"] = float(vl.detach())
+        if learner.shared_critic:
+            loss = loss + algo.vf_coef * vl
+        else:
+            critic_loss = vl
+    return MicroLoss(loss, critic_loss, stats, _problem(logp, mb, loss, critic_loss))
+
+
+def _problem(logp: Tensor, mb: TrainBatch, loss: Tensor, critic_loss: Tensor | None) -> str | None:
+    """The first non-finite quantity, in causal order (logits -> advantages -> loss)."""
+    if not _finite_on(logp, mb.loss_mask):
+        return "logits"
+    if not _finite_on(mb.advantages, mb.loss_mask):
+        return "advantages"
+    total = loss + (critic_loss if critic_loss is not None else 0.0)
+    return None if torch.isfinite(total) else "loss"
+
+
+def minibatch_step(learner: Learner, mb: TrainBatch) -> tuple[dict[str, list[float]],
+                                                             str | None]:
+    """One optimizer step over a minibatch, accumulated over micro-batches: (stats, reason
+    the step was skipped or None)."""
+    algo = learner.cfg.algo
+    row_cap = learner.cfg.rollout.train.max_new_tokens * learner.cfg.env.max_turns
+    norm = loss_normaliser(mb.loss_mask, algo.loss_agg, row_cap)
+    learner.zero_grad()
+    stats: dict[str, list[float]] = {}
+    reason = None
+    for micro in learner.micro_batches(mb):
+        out = micro_loss(learner, micro, norm)
+        if out.problem is not None:
+            reason = out.problem
+            break
+        (out.loss + (out.critic_loss if out.critic_loss is not None else 0.0)).backward()
+        for k, v in out.stats.items():
+            stats.setdefault(k, []).append(v)
+    reason = learner.agree(reason)
+    if reason is None:
+        learner.reduce_gradients()
+        grad_norm, reason = learner.clip_and_step()
+        stats.setdefault("grad_norm", []).append(grad_norm)
+    if reason is not None:
+        learner.zero_grad()
+    return stats, reason
+
+
+def update(learner: Learner, batch: TrainBatch, iteration: int) -> dict[str, float]:
+    """PPO-style epochs over minibatches (a seeded shuffle: resumable), one optimizer step per
+    minibatch. Returns the mean of each statistic, `skipped_updates` (this iteration) with
+    `skipped_<reason>` counts, and `nan_skips` (the run's total). Raises `TrainingStopped`
+    after `MAX_CONSECUTIVE_SKIPS` skipped steps in a row."""
+    algo = learner.cfg.algo
+    gen = torch.Generator().manual_seed(learner.cfg.run.seed * 7919 + iteration)
+    learner.policy.model.train()
+    sums: dict[str, list[float]] = {}
+    skipped: dict[str, int] = {}
+    try:
+        for _ in range(algo.epochs):
+            order = torch.randperm(batch.num_rows, generator=gen).tolist()
+            for rows in chunks(order, algo.minibatch_size):
+                stats, reason = minibatch_step(learner, batch.select(rows))
+                for k, v in stats.items():
+                    sums.setdefault(k, []).extend(v)
+                _count_skip(learner, reason, skipped)
+    finally:
+        learner.policy.model.eval()
+    out = {k: sum(v) / len(v) for k, v in sums.items()}
+    out.update({f"skipped_{k}": float(v) for k, v in skipped.items()})
+    out["skipped_updates"] = float(sum(skipped.values()))
+    out["nan_skips"] = learner.nan_skips
+    return out
+
+
+def _count_skip(learner: Learner, reason: str | None, skipped: dict[str, int]) -> None:
+    if reason is None:
+        learner.consecutive_skips = 0
+        return
+    skipped[reason] = skipped.get(reason, 0) + 1
+    learner.nan_skips += 1
+    learner.consecutive_skips += 1
+    if learner.consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+        raise TrainingStopped(
+            f"stopping: {learner.consecutive_skips} optimizer steps in a row were skipped "
+            f"(last: non-finite {reason}). Likely cause: {LIKELY_CAUSE[reason]}.")
