@@ -61,7 +61,9 @@ import torch
 
 from tripod.core.types import EpisodeJob, Trajectory, Turn, TurnStatus
 from tripod.envs import make
-from tripod.policy.chat import PromptConfig, build_messages, parse_action, render_prompt_ids
+from tripod.envs.base import last_line_action
+from tripod.envs.pool import EnvPool
+from tripod.policy.chat import PromptConfig, build_messages, render_prompt_ids
 from tripod.policy.models import Policy, load_policy
 from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
 from tripod.policy.sampler import ArenaStats, RowState, SamplingParams
@@ -193,11 +195,11 @@ class _SerialEnv:
 def _engine_runner(policy: Policy, args: argparse.Namespace, path: str
                    ) -> Callable[[list[EpisodeJob], SamplingParams, int], tuple]:
     batch = 1 if path == "one-at-a-time" else len(args.jobs)
-    factory = None
-    if path == "serial-env":
+    pool = EnvPool()
+    if path == "serial-env":  # same env reuse as the others, one step at a time
         lock = threading.Lock()
-        factory = lambda job: _SerialEnv(make(job.env_id, split=job.split), lock)  # noqa: E731
-    engine = _CountingEngine(policy, RolloutConfig(batch_size=batch), env_factory=factory,
+        pool = EnvPool(lambda env_id, split, **o: _SerialEnv(make(env_id, split=split, **o), lock))
+    engine = _CountingEngine(policy, RolloutConfig(batch_size=batch), pool=pool,
                              reuse=path != "no-reuse")
 
     def run(jobs: list[EpisodeJob], sampling: SamplingParams, max_turns: int) -> tuple:
@@ -208,7 +210,7 @@ def _engine_runner(policy: Policy, args: argparse.Namespace, path: str
         trajs, stats = engine.collect(jobs, sampling)
         return trajs, stats.env_steps, engine.arena_stats()
 
-    run.close = engine.close  # type: ignore[attr-defined]
+    run.close = pool.close  # type: ignore[attr-defined]
     return run
 
 
@@ -235,15 +237,14 @@ def _naive_episode(policy: Policy, env, job: EpisodeJob, sampling: SamplingParam
                    max_turns: int, truncated_action: str) -> tuple[Trajectory, int]:
     """Returns a trajectory (prompt and action ids per turn) and the env steps taken."""
     obs, info = env.reset(job.game_index)
-    traj = Trajectory(job.env_id, job.split, job.game_index, job.group_id, job.episode_id,
-                      job.sample_seed, objective=info.objective, first_observation=obs)
+    traj = Trajectory(job, objective=info.objective, first_observation=obs)
     history: list[tuple[str, str]] = []
     steps = 0
     for _ in range(max_turns):
         ids = render_prompt_ids(policy.tokenizer, build_messages(
             PromptConfig(history_window=None), info.objective, traj.first_observation, history))
         reply, ended = _generate(policy, ids, sampling)
-        action = parse_action(policy.tokenizer.decode(reply, skip_special_tokens=True))
+        action = last_line_action(policy.tokenizer.decode(reply, skip_special_tokens=True))
         traj.turns.append(Turn(prompt_ids=ids, action_ids=reply, logprobs=[0.0] * len(reply),
                                action_text=action, observation="", reward=0.0,
                                status=TurnStatus.OK))
@@ -303,7 +304,7 @@ def run_paths(policy: Policy, args: argparse.Namespace) -> dict[str, Any]:
     """Warm every path up identically, then time them in alternating order."""
     sampling = SamplingParams(temperature=args.temperature, top_p=1.0,
                               max_new_tokens=args.max_new_tokens)
-    warm = dataclasses.replace(sampling, max_new_tokens=2)
+    warm = sampling.model_copy(update={"max_new_tokens": 2})
     runners = {p: _naive_runner(policy, args) if p == "naive" else _engine_runner(policy, args, p)
                for p in args.paths}
     fm = FlopModel.of(policy.model)

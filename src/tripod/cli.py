@@ -228,10 +228,20 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _run_stopped_errors() -> tuple[type[Exception], ...]:
+    """Errors with which a run stops itself and explains why (imported lazily: torch)."""
+    from tripod.train.learner import TrainingStopped
+    from tripod.train.sft import NoDemonstrationsError
+
+    return (TrainingStopped, NoDemonstrationsError)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from tripod.core.config import ConfigError
     from tripod.envs.registry import UnknownEnvError
+
+    RunStopped = _run_stopped_errors()
 
     try:
         return args.fn(args)
@@ -241,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownEnvError as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
+    except RunStopped as exc:  # the run stopped itself and says why (no traceback)
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -60,6 +60,12 @@ def test_recipe_runs_end_to_end(tmp_path, name):
         assert all("kl" in h for h in history)
     assert any("valid_success_rate" in h for h in history)
     assert (run / "checkpoints" / "iter_000002" / "trainer.pt").exists()
+    from tripod.report.records import read_trajectories
+
+    recorded = read_trajectories(run / "trajectories" / "iter_000002.jsonl.gz")
+    assert recorded and all(t.tokens.advantages is not None
+                            for ep in recorded if ep.end != "env_error" for t in ep.turns)
+    assert (run / "report.html").is_file()
 
 
 @pytest.mark.slow

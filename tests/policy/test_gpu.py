@@ -24,9 +24,9 @@ def test_sampling_logprobs_match_the_trainer_on_cuda():
     engine.close()
     rows = [r for t in trajs for r in trajectory_rows(t, [0.0] * t.num_turns)]
     batch = collate(rows, policy.pad_token_id)
-    mask = batch["loss_mask"].cuda()
+    mask = batch.loss_mask.cuda()
     with torch.no_grad():
-        logp, _, _ = token_logprobs(policy.model, batch["input_ids"].cuda(),
-                                    batch["attention_mask"].cuda(), 0.7, mask)
-    gap = ((logp.cpu() - batch["old_logprobs"]).abs() * batch["loss_mask"]).max()
+        logp, _, _ = token_logprobs(policy.model, batch.input_ids.cuda(),
+                                    batch.attention_mask.cuda(), 0.7, mask)
+    gap = ((logp.cpu() - batch.old_logprobs).abs() * batch.loss_mask).max()
     assert float(gap) < 1e-3

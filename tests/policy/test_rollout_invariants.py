@@ -38,8 +38,8 @@ def _check_invariants(policy, trajs, temperature):
     rows = [r for t in trajs for r in trajectory_rows(t, [0.0] * t.num_turns)]
     batch = collate(rows, policy.pad_token_id)
     with torch.no_grad():
-        logp, _, _ = token_logprobs(policy.model, batch["input_ids"], batch["attention_mask"],
-                                    temperature, batch["loss_mask"])
+        logp, _, _ = token_logprobs(policy.model, batch.input_ids, batch.attention_mask,
+                                    temperature, batch.loss_mask)
     worst = 0.0
     r = 0
     for traj in trajs:
@@ -48,8 +48,8 @@ def _check_invariants(policy, trajs, temperature):
         n_rows = len(trajectory_rows(traj, [0.0] * traj.num_turns))
         ids, lps, n_mask = [], [], 0
         for i in range(r, r + n_rows):
-            m = batch["loss_mask"][i].bool()
-            ids += batch["input_ids"][i][m].tolist()           # (1) agent tokens == sampled
+            m = batch.loss_mask[i].bool()
+            ids += batch.input_ids[i][m].tolist()           # (1) agent tokens == sampled
             lps += logp[i][m].tolist()
             n_mask += int(m.sum())
         r += n_rows

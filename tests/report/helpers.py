@@ -4,13 +4,14 @@ Chromium, and hostile trajectories.
 `run_recipe` trains 2 RL iterations (toy/letters-2, GAE, tiny model) and writes config.yaml,
 metrics.jsonl and results.json. The recording the RL loop will do is done here by hand with
 the same pieces: collect an iteration with the run's engine and config, build the training
-batch (`prepare_batch`: rewards, critic values, GAE advantages), take the trainer's
+batch (`make_batch`, `score`, `advantage`: rewards, critic values, GAE advantages), take the trainer's
 teacher-forced logprobs, and write everything with `write_trajectories`. The final
 evaluation's trajectories are written too.
 """
 
 from __future__ import annotations
 
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -35,14 +36,17 @@ def record_iteration(learner, cfg, iteration: int, run_dir: Path) -> Path:
     from tripod.report.records import iteration_path, token_stats_from_batch, write_trajectories
     from tripod.train.batch import token_logprobs
     from tripod.train.common import rollout_config
-    from tripod.train.rl import collect, prepare_batch
+    from tripod.train.learner import score
+    from tripod.train.rl import advantage, collect, make_batch
 
     engine = RolloutEngine(learner.policy, rollout_config(cfg))
     trajs, _ = collect(engine, cfg, iteration - 1)
-    batch = prepare_batch(learner, trajs)
-    logp, _, _ = token_logprobs(learner.policy.model, batch["input_ids"],
-                                batch["attention_mask"], cfg.rollout.train.temperature,
-                                batch["loss_mask"])
+    batch, _ = make_batch(trajs, cfg, learner.policy.pad_token_id)
+    batch = score(learner, batch)
+    advantage(batch, cfg.algo)
+    logp, _, _ = token_logprobs(learner.policy.model, batch.input_ids,
+                                batch.attention_mask, cfg.rollout.train.temperature,
+                                batch.loss_mask)
     stats = token_stats_from_batch(batch, logp.detach())
     return write_trajectories(iteration_path(run_dir, iteration), trajs,
                               learner.policy.tokenizer, iteration, stats)
@@ -53,12 +57,15 @@ def make_tiny_run(out_dir: Path) -> TinyRun:
     from tripod.eval.evaluate import evaluate
     from tripod.report.records import eval_path, write_trajectories
     from tripod.train.common import rollout_config, sampling_params
+    from tripod.train.learner import build_learner
     from tripod.train.pipeline import run_recipe
-    from tripod.train.rl import build_learner
 
     cfg = load_config(overrides=[*TINY_RUN, f"run.out_dir={out_dir}", "run.name=tiny"])
     run_recipe(cfg)
     run_dir = out_dir / "tiny"
+    # The run wrote its own records (base evaluation, each iteration's sampled groups);
+    # these tests control the contents, so they start from an empty folder.
+    shutil.rmtree(run_dir / "trajectories")
     learner = build_learner(cfg)
     for iteration in (1, 2):
         record_iteration(learner, cfg, iteration, run_dir)
@@ -133,14 +140,14 @@ def hostile_trajectories(tokenizer) -> list:
     """Two groups of four episodes (won, lost, env error, turn cap) whose actions,
     observations, objective and error messages are the `HOSTILE` payloads, with
     advantages of both signs and one untrainable turn."""
-    from tripod.core.types import EpisodeEnd, Trajectory, Turn, TurnStatus
+    from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
 
     ends = [EpisodeEnd.WON, EpisodeEnd.LOST, EpisodeEnd.ENV_ERROR, EpisodeEnd.MAX_TURNS]
     trajs = []
     for group in range(2):
         for k, end in enumerate(ends):
             eid = group * len(ends) + k
-            traj = Trajectory("toy/letters-2", "train", group, group, eid, eid,
+            traj = Trajectory(EpisodeJob("toy/letters-2", "train", group, group, eid, eid),
                               objective=HOSTILE[0], first_observation=HOSTILE[1],
                               won=end is EpisodeEnd.WON, lost=end is EpisodeEnd.LOST, end=end,
                               error=HOSTILE[2] if end is EpisodeEnd.ENV_ERROR else None)

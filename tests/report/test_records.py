@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from tripod.core.types import EpisodeEnd, Trajectory, Turn, TurnStatus
+from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
 from tripod.report.records import (
     RecordError,
     TokenStats,
@@ -35,7 +35,8 @@ class CharTokenizer:
 def _traj(actions: list[str], episode_id: int = 0, group_id: int = 0,
           consistent: bool = True) -> Trajectory:
     """A trajectory whose turns extend each other's prompts (one training row) or not."""
-    traj = Trajectory("toy/letters-2", "train", 0, group_id, episode_id, 0, "obj", "start")
+    traj = Trajectory(EpisodeJob("toy/letters-2", "train", 0, group_id, episode_id, 0), "obj",
+                      "start")
     context = [1000, 1001]
     for k, action in enumerate(actions):
         ids = [ord(c) for c in action]
@@ -110,8 +111,8 @@ def test_token_stats_from_batch_align_with_each_turn(consistent):
     rows = [r for t in trajs for r in trajectory_rows(t, [0.0] * t.num_turns)]
     assert len(rows) == (3 if consistent else 9)
     batch = collate(rows, pad_id=0)
-    batch["loss_mask"][0, :] = 0  # a trainer mask differing from the trajectory's
-    stats = token_stats_from_batch(batch, trainer_logprobs=batch["old_logprobs"])
+    batch.loss_mask[0, :] = 0  # a trainer mask differing from the trajectory's
+    stats = token_stats_from_batch(batch, trainer_logprobs=batch.old_logprobs)
     assert sorted(stats) == [0, 1, 2]
     for t in trajs:
         s = stats[t.episode_id]

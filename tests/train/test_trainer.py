@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tripod.core.config import load_config
-from tripod.core.types import EpisodeEnd, Trajectory, Turn, TurnStatus
+from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
 from tripod.envs.toy import LettersEnv
 from tripod.policy.rollout import RolloutEngine
 from tripod.train.batch import TrainBatch, token_logprobs
@@ -23,7 +23,6 @@ from tripod.train.learner import (
     update,
 )
 from tripod.train.rl import (
-    CONTEXT_LIMIT,
     advantage,
     collect,
     make_batch,
@@ -235,7 +234,7 @@ def test_an_iteration_of_only_env_errors_stops_the_run(tmp_path, tiny_policy_fac
 # -- metrics ---------------------------------------------------------------------------------------
 def _traj(end: EpisodeEnd, won: bool = False, turns: int = 1) -> Trajectory:
     turn = Turn([1, 2], [3], [-0.5], "apple", "ok", float(won), TurnStatus.OK)
-    return Trajectory("toy/letters-2", "train", 0, 0, 0, 0, "", "", [turn] * turns, won=won,
+    return Trajectory(EpisodeJob("toy/letters-2", "train", 0, 0, 0, 0), "", "", [turn] * turns, won=won,
                       lost=not won and end is EpisodeEnd.LOST, end=end)
 
 
@@ -249,13 +248,13 @@ def test_rollout_metrics_do_not_count_env_errors_as_lost_games(tmp_path):
 
 
 def test_context_limit_episodes_are_counted_and_trained_on(tmp_path, tiny_policy_factory):
-    if CONTEXT_LIMIT is None:
-        pytest.skip("EpisodeEnd.CONTEXT_LIMIT is not in core/types.py yet")
     cfg = _cfg(tmp_path, "algo.estimator=reinforce_pp")
-    trajs = [_traj(CONTEXT_LIMIT, turns=2), _traj(EpisodeEnd.WON, won=True)]
+    trajs = [_traj(EpisodeEnd.CONTEXT_LIMIT, turns=2), _traj(EpisodeEnd.WON, won=True)]
     assert rollout_metrics(trajs, cfg)["context_limit"] == 1
     batch, _ = make_batch(trajs, cfg, pad_id=0)
-    assert batch is not None and batch.num_rows == 2
+    # both turns of the context-limit episode (one row each: their prompts are not a
+    # prefix chain) and the won episode's turn are trained on
+    assert batch is not None and batch.num_rows == 3 and int(batch.loss_mask.sum()) == 3
 
 
 def test_zero_variance_fraction_counts_groups_with_equal_task_rewards():

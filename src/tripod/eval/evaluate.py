@@ -12,6 +12,7 @@ import math
 from dataclasses import asdict, dataclass, field
 
 from tripod.core.types import EpisodeEnd, Trajectory, TurnStatus
+from tripod.envs.pool import EnvPool
 from tripod.policy.models import Policy
 from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
 from tripod.policy.sampler import SamplingParams
@@ -81,14 +82,15 @@ def summarise(all_trajs: list[Trajectory], env_id: str, split: str,
 
 
 def evaluate(policy: Policy, env_id: str, split: str, games: int, sampling: SamplingParams,
-             rollout: RolloutConfig, seed: int = 0,
-             engine: RolloutEngine | None = None) -> tuple[EvalResult, list[Trajectory]]:
+             rollout: RolloutConfig, seed: int = 0, engine: RolloutEngine | None = None,
+             pool: EnvPool | None = None) -> tuple[EvalResult, list[Trajectory]]:
     """Play one episode on each of the first `games` games of `split`.
 
-    Pass an `engine` to reuse its envs across evaluations (it must wrap `policy`)."""
+    Pass an `engine` (it must wrap `policy`) or a run's `pool` to reuse envs across
+    evaluations."""
     jobs = make_jobs(env_id, split, list(range(games)), group_size=1, seed=seed)
     own = engine is None
-    engine = engine or RolloutEngine(policy, rollout)
+    engine = engine or RolloutEngine(policy, rollout, pool=pool)
     try:
         trajs, stats = engine.collect(jobs, sampling)
     finally:

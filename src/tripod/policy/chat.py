@@ -1,4 +1,4 @@
-"""Prompt formatting with the model's own chat template, and action parsing.
+"""Prompt formatting with the model's own chat template.
 
 The published prompt (arXiv 2510.01132): the first user message gives the role, asks the model to
 end its output with an action starting with a verb, states the objective, then
@@ -17,7 +17,6 @@ from __future__ import annotations
 from transformers import PreTrainedTokenizerBase
 
 from tripod.core.config import PromptSection
-from tripod.envs.base import last_line_action as parse_action  # noqa: F401 (old name)
 
 DEFAULT_INSTRUCTION = (
     "You are an expert game solver playing a text game. Think briefly if you need to, "

@@ -263,24 +263,24 @@ def sample_groups(trajs: list[Trajectory], groups: int) -> list[Trajectory]:
     return [t for t in trajs if t.group_id in keep]
 
 
-def token_stats_from_batch(batch: dict[str, Any],
-                           trainer_logprobs: Any | None = None) -> dict[int, TokenStats]:
+def token_stats_from_batch(batch: Any, trainer_logprobs: Any | None = None
+                           ) -> dict[int, TokenStats]:
     """Per-episode, per-turn advantages and loss masks from a training batch.
 
-    `batch` holds [B, T] tensors `turn_ids` (the turn index on agent tokens, -1 elsewhere),
-    `loss_mask` and optionally `advantages`, and [B] `episode_ids`, as built by
-    `tripod.train.batch.collate` and the RL loop; `trainer_logprobs` is a [B, T] tensor
+    `batch` is a `tripod.train.batch.TrainBatch`: [B, T] `turn_ids` (the turn index on agent
+    tokens, -1 elsewhere), `loss_mask` and `advantages` (None before the advantage step), and
+    [B] `episode_ids`; `trainer_logprobs` is a [B, T] tensor
     aligned with `input_ids`. Agent tokens are found by `turn_ids`, not the loss mask, so
     masked-out agent tokens keep their place.
     """
-    turn_ids = batch["turn_ids"].tolist()
-    columns = {"loss_masks": batch["loss_mask"].tolist()}
-    if "advantages" in batch:
-        columns["advantages"] = batch["advantages"].tolist()
+    turn_ids = batch.turn_ids.tolist()
+    columns = {"loss_masks": batch.loss_mask.tolist()}
+    if batch.advantages is not None:
+        columns["advantages"] = batch.advantages.tolist()
     if trainer_logprobs is not None:
         columns["trainer_logprobs"] = trainer_logprobs.tolist()
     found: dict[int, dict[str, dict[int, list]]] = {}
-    for row, episode in enumerate(batch["episode_ids"].tolist()):
+    for row, episode in enumerate(batch.episode_ids.tolist()):
         per_name = found.setdefault(int(episode), {name: {} for name in columns})
         for pos, k in enumerate(turn_ids[row]):
             if k < 0:

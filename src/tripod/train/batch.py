@@ -147,14 +147,6 @@ class TrainBatch:
             out[f.name] = v
         return TrainBatch(**out)
 
-    def __getitem__(self, name: str) -> Tensor:
-        """Read-only field access by name, for code written against the former dict batch
-        (train/sft.py); new code reads attributes."""
-        value = getattr(self, name)
-        if value is None:
-            raise KeyError(name)
-        return value
-
 
 def collate(rows: list[Row], pad_id: int) -> TrainBatch:
     """Right-pad rows into a [B, T] batch."""

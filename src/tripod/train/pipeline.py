@@ -15,6 +15,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tripod.core.config import ConfigError, TrainConfig
+from tripod.envs.pool import EnvPool
 from tripod.envs.registry import check_options, family_of
 from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
@@ -69,12 +70,14 @@ def eval_env_ids(cfg: TrainConfig) -> list[str]:
     return cfg.eval.env_ids or [cfg.env.id]
 
 
-def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict) -> None:
+def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict,
+                 pool: EnvPool) -> None:
     for env_id in eval_env_ids(cfg):
         rcfg = rollout_config(cfg, max_turns=cfg.eval.max_turns)
         rcfg.env_options = eval_options(cfg, env_id)
         res, trajs = evaluate(policy, env_id, cfg.eval.split, cfg.eval.games,
-                              sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed)
+                              sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed,
+                              pool=pool)
         write_trajectories(eval_path(cfg.run_dir, stage, env_id), trajs, policy.tokenizer,
                            0, source=f"eval/{stage}")
         console.print(f"[bold]{stage}[/bold]: {res.summary()} ({res.seconds:.0f}s)")
@@ -82,7 +85,10 @@ def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict) ->
 
 
 def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
-    """Run a whole study arm; returns the results (also written to results.json)."""
+    """Run a whole study arm; returns the results (also written to results.json).
+
+    One `EnvPool` serves every stage (evaluations, demonstrations, RL), so game processes
+    and workspaces start once per run, not once per stage."""
     start = time.perf_counter()
     seed_everything(cfg.run.seed)
     check_envs(cfg)
@@ -90,29 +96,16 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
     console.print(f"run directory: {run_dir}")
     prepare_games(cfg)
     results: dict = {"run_dir": str(run_dir)}
-    policy = None
-    if resume is None:
-        policy = load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
-        if cfg.eval.before_training:
-            evaluate_all("base", policy, cfg, results)
-        if cfg.sft.enabled:
-            t0 = time.perf_counter()
-            demos = collect_demonstrations(policy, cfg)
-            sft = train_sft(policy, demo_rows(demos), cfg, out_dir=run_dir / "sft")
-            console.print(f"SFT: {len(demos)} demonstrations, {sft.tokens} agent tokens, "
-                          f"final loss {sft.final_loss:.3f} ({time.perf_counter() - t0:.0f}s)")
-            results["sft_train"] = {"demos": len(demos), "tokens": sft.tokens,
-                                    "final_loss": sft.final_loss, "seconds": sft.seconds}
-            if cfg.eval.before_training:
-                evaluate_all("sft", policy, cfg, results)
-    final_stage = "sft" if cfg.train.iterations == 0 else "final"
-    if cfg.train.iterations > 0:
-        rl = train_rl(cfg, policy=policy, resume=resume)
-        results["rl_history"] = rl.history
-        results["checkpoint"] = str(rl.final_checkpoint)
-        policy = rl.policy
-    if final_stage == "final" or not cfg.eval.before_training:
-        evaluate_all(final_stage, policy, cfg, results)
+    with EnvPool() as pool:
+        policy = None if resume is not None else sft_stage(cfg, results, pool)
+        final_stage = "sft" if cfg.train.iterations == 0 else "final"
+        if cfg.train.iterations > 0:
+            rl = train_rl(cfg, policy=policy, resume=resume, pool=pool)
+            results["rl_history"] = rl.history
+            results["checkpoint"] = str(rl.final_checkpoint)
+            policy = rl.policy
+        if final_stage == "final" or not cfg.eval.before_training:
+            evaluate_all(final_stage, policy, cfg, results, pool)
     results["seconds"] = time.perf_counter() - start
     (run_dir / "results.json").write_text(json.dumps(results, indent=2))
     print_table(results)
@@ -120,6 +113,25 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
     print(f"report: {report}  (open it in a browser; `tripod inspect` reads "
           f"{run_dir / TRAJECTORY_DIR} in a terminal)")
     return results
+
+
+def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool) -> Policy:
+    """Load the start model, evaluate it, and (if the recipe asks) SFT it and evaluate again."""
+    policy = load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
+    if cfg.eval.before_training:
+        evaluate_all("base", policy, cfg, results, pool)
+    if not cfg.sft.enabled:
+        return policy
+    t0 = time.perf_counter()
+    demos = collect_demonstrations(policy, cfg, pool)
+    sft = train_sft(policy, demo_rows(demos), cfg, out_dir=cfg.run_dir / "sft")
+    console.print(f"SFT: {len(demos)} demonstrations, {sft.tokens} agent tokens, "
+                  f"final loss {sft.final_loss:.3f} ({time.perf_counter() - t0:.0f}s)")
+    results["sft_train"] = {"demos": len(demos), "tokens": sft.tokens,
+                            "final_loss": sft.final_loss, "seconds": sft.seconds}
+    if cfg.eval.before_training:
+        evaluate_all("sft", policy, cfg, results, pool)
+    return policy
 
 
 def print_table(results: dict) -> None:

@@ -26,9 +26,16 @@ from rich.progress import (
 from tripod.algos.advantages import AdvantageInput, get_estimator
 from tripod.core.config import AlgoSection, TrainConfig
 from tripod.core.types import EpisodeEnd, Trajectory
+from tripod.envs.pool import EnvPool
 from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
 from tripod.policy.rollout import RolloutEngine, make_jobs
+from tripod.report.records import (
+    iteration_path,
+    sample_groups,
+    token_stats_from_batch,
+    write_trajectories,
+)
 from tripod.rewards.shaping import turn_rewards
 from tripod.train.batch import TrainBatch, collate, trainable_episodes, trajectory_rows
 from tripod.train.checkpoint import load_trainer_state, save_checkpoint, set_rng_state
@@ -43,9 +50,6 @@ from tripod.train.learner import Learner, TrainingStopped, build_learner, score,
 
 console = Console(stderr=True)
 
-CONTEXT_LIMIT = getattr(EpisodeEnd, "CONTEXT_LIMIT", None)
-"""Episodes stopped because the next prompt would not fit the model's context (counted;
-trained on like turn-cap episodes). None until the rollout engine has that status."""
 
 
 # -- collect ---------------------------------------------------------------------------------
@@ -136,8 +140,8 @@ def rollout_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict[str, floa
         "episodes": len(trajs),
         "env_errors": len(trajs) - len(ran),
     }
-    if CONTEXT_LIMIT is not None:
-        out["context_limit"] = sum(t.end == CONTEXT_LIMIT for t in trajs)
+    # stopped because the next prompt would not fit the model's context; trained on
+    out["context_limit"] = sum(t.end is EpisodeEnd.CONTEXT_LIMIT for t in trajs)
     return out
 
 
@@ -155,8 +159,22 @@ def rl_iteration(learner: Learner, engine: RolloutEngine, it: int) -> dict[str, 
         metrics.update(advantage(batch, cfg.algo))                            # advantage
         metrics.update(update(learner, batch, it))                            # update
         metrics["zero_variance_groups"] = zero_variance_fraction(batch)
+    save_trajectories(learner, trajs, batch, it)                              # record
     metrics["iteration_s"] = time.perf_counter() - t0
     return metrics
+
+
+def save_trajectories(learner: Learner, trajs: list[Trajectory], batch: TrainBatch | None,
+                      it: int) -> None:
+    """Write `train.trajectory_groups` groups of the iteration, token by token with their
+    advantages and loss masks, for `tripod report` / `tripod inspect`."""
+    groups = learner.cfg.train.trajectory_groups
+    if groups == 0:
+        return
+    kept = trajs if groups < 0 else sample_groups(trajs, groups)
+    stats = token_stats_from_batch(batch) if batch is not None else None
+    write_trajectories(iteration_path(learner.cfg.run_dir, it + 1), kept,
+                       learner.policy.tokenizer, it + 1, stats)
 
 
 def validate(learner: Learner, engine: RolloutEngine) -> dict[str, float]:
@@ -189,13 +207,17 @@ def _start(cfg: TrainConfig, policy: Policy | None, resume: Path | None) -> tupl
 
 
 def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None = None,
-             quiet: bool = False) -> RLResult:
-    """Run RL iterations as configured; resume from `resume` (a checkpoint folder) if given."""
+             quiet: bool = False, pool: EnvPool | None = None) -> RLResult:
+    """Run RL iterations as configured; resume from `resume` (a checkpoint folder) if given.
+    `pool` shares envs with the rest of a run (the pipeline's); without one, the loop owns
+    its envs."""
     seed_everything(cfg.run.seed)
     run_dir = prepare_run_dir(cfg)
     learner, start_iter = _start(cfg, policy, resume)
-    engine = RolloutEngine(learner.policy, rollout_config(cfg))
-    eval_engine = RolloutEngine(learner.policy, rollout_config(cfg))
+    own_pool = pool is None
+    pool = pool or EnvPool()
+    engine = RolloutEngine(learner.policy, rollout_config(cfg), pool=pool)
+    eval_engine = RolloutEngine(learner.policy, rollout_config(cfg), pool=pool)
     logger = MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
     history: list[dict] = []
     ckpt, saved_at = resume, start_iter
@@ -216,8 +238,8 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     finally:
         bar.stop()
         logger.close()
-        engine.close()
-        eval_engine.close()
+        if own_pool:
+            pool.close()
     if ckpt is None or saved_at != cfg.train.iterations:
         ckpt = _save(learner, run_dir, cfg.train.iterations)
     return RLResult(run_dir, cfg.train.iterations, history, ckpt, learner.policy)

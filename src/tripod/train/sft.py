@@ -20,10 +20,11 @@ from rich.progress import Progress
 
 from tripod.core.config import TrainConfig
 from tripod.core.types import Trajectory
+from tripod.envs.pool import EnvPool
 from tripod.policy.models import Policy
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
-from tripod.train.batch import Row, collate, token_logprobs, trajectory_rows
+from tripod.train.batch import Row, TrainBatch, collate, token_logprobs, trajectory_rows
 from tripod.train.common import chunks, rollout_config, write_recipe
 
 
@@ -40,12 +41,13 @@ class NoDemonstrationsError(RuntimeError):
     """SFT found nothing to learn from; the message says what happened to each episode."""
 
 
-def collect_demonstrations(policy: Policy, cfg: TrainConfig) -> list[Trajectory]:
+def collect_demonstrations(policy: Policy, cfg: TrainConfig,
+                           pool: EnvPool | None = None) -> list[Trajectory]:
     """Expert (and, if configured, recovery) demonstrations on the `sft` split: the won
     episodes without env errors. None at all stops the run with the reasons counted."""
     rcfg = rollout_config(cfg, max_turns=cfg.sft.max_turns)
     rcfg.env_options = {**rcfg.env_options, **cfg.sft.env_options}
-    engine = RolloutEngine(policy, rcfg)
+    engine = RolloutEngine(policy, rcfg, pool=pool)
     greedy = SamplingParams(temperature=0.0)
     plain = make_jobs(cfg.env.id, "sft", list(range(cfg.sft.games)), 1, cfg.run.seed)
     played, _ = engine.collect(plain, greedy, actor=expert_actor(0.0))
@@ -79,10 +81,10 @@ def demo_rows(demos: list[Trajectory]) -> list[Row]:
     return [row for d in demos for row in trajectory_rows(d, [0.0] * d.num_turns)]
 
 
-def sft_loss(policy: Policy, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, int]:
+def sft_loss(policy: Policy, batch: TrainBatch) -> tuple[torch.Tensor, int]:
     """Summed NLL over agent tokens and the token count (so callers can token-mean)."""
-    mask = batch["loss_mask"]
-    logp, _, _ = token_logprobs(policy.model, batch["input_ids"], batch["attention_mask"],
+    mask = batch.loss_mask
+    logp, _, _ = token_logprobs(policy.model, batch.input_ids, batch.attention_mask,
                                 loss_mask=mask)
     return -(logp * mask).sum(), int(mask.sum())
 

@@ -2,12 +2,12 @@
 
 Not a test (no timing assertions in tests): run it by hand,
 
-    PYTHONPATH=src python tests/report/measure_report.py [OUT_DIR]
+    PYTHONPATH=src python benchmarks/report_size.py [OUT_DIR]
 
 It plays 5 iterations of 20 episodes (5 games x groups of 4) of textworld/w2-o3-q4 with the
 tiny model: 12 turns of 24 sampled tokens each, every turn stepped even without an
 end-of-turn token, so every episode is as long as the recipe allows (a worst case for
-size). Each iteration gets real GAE advantages (`prepare_batch`) and trainer logprobs and
+size). Each iteration gets real GAE advantages (`make_batch`, `score`, `advantage`) and trainer logprobs and
 is written with `write_trajectories`; metrics.jsonl holds `rollout_metrics` per iteration
 and results.json a summary of the last iteration. Then it builds the report and opens it in
 headless Chromium three times: the wall time of `chromium --dump-dom` against a blank page,
@@ -40,7 +40,8 @@ def make_run(out: Path) -> Path:
     from tripod.report.records import iteration_path, token_stats_from_batch, write_trajectories
     from tripod.train.batch import token_logprobs
     from tripod.train.common import rollout_config, sampling_params
-    from tripod.train.rl import build_learner, prepare_batch, rollout_metrics
+    from tripod.train.learner import build_learner, score
+    from tripod.train.rl import advantage, make_batch, rollout_metrics
 
     cfg = load_config(overrides=[*CONFIG, f"run.out_dir={out}", "run.name=run100"])
     run = cfg.run_dir
@@ -52,10 +53,12 @@ def make_run(out: Path) -> Path:
     for it in range(5):  # the test split's first 20 games are cached by the test suite
         jobs = make_jobs(ENV, "test", list(range(5 * it, 5 * it + 5)), 4, seed=it)
         trajs, stats = engine.collect(jobs, sampling_params(cfg.rollout.train))
-        batch = prepare_batch(learner, trajs)
-        logp, _, _ = token_logprobs(learner.policy.model, batch["input_ids"],
-                                    batch["attention_mask"], cfg.rollout.train.temperature,
-                                    batch["loss_mask"])
+        batch, _ = make_batch(trajs, cfg, learner.policy.pad_token_id)
+        batch = score(learner, batch)
+        advantage(batch, cfg.algo)
+        logp, _, _ = token_logprobs(learner.policy.model, batch.input_ids,
+                                    batch.attention_mask, cfg.rollout.train.temperature,
+                                    batch.loss_mask)
         write_trajectories(iteration_path(run, it + 1), trajs, learner.policy.tokenizer, it + 1,
                            token_stats_from_batch(batch, logp.detach()))
         metrics.append({"step": it + 1, **rollout_metrics(trajs, cfg),
