@@ -156,7 +156,17 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tripod", description=__doc__)
     sub = p.add_subparsers(dest="command", required=True)
+    _add_env_commands(sub)
+    _add_training_commands(sub)
+    _add_eval_command(sub)
+    from tripod.report.commands import add_inspect_parser, add_report_parser
 
+    add_report_parser(sub)
+    add_inspect_parser(sub)
+    return p
+
+
+def _add_env_commands(sub: argparse._SubParsersAction) -> None:
     envs = sub.add_parser("envs", help="list environments")
     envs.add_argument("action", choices=["list"])
     envs.set_defaults(fn=cmd_envs)
@@ -187,6 +197,8 @@ def build_parser() -> argparse.ArgumentParser:
     ro.add_argument("--json", action="store_true")
     ro.set_defaults(fn=cmd_rollout)
 
+
+def _add_training_commands(sub: argparse._SubParsersAction) -> None:
     qs = sub.add_parser("quickstart", help="SFT + RL of SmolLM2 on TextWorld, then evaluation")
     qs.add_argument("overrides", nargs="*", help="dotted overrides, e.g. train.iterations=2")
     qs.set_defaults(fn=cmd_quickstart)
@@ -205,6 +217,8 @@ def build_parser() -> argparse.ArgumentParser:
     sw.add_argument("grid", nargs="*", help="key=v1,v2 items, e.g. algo.estimator=gae,grpo,rloo")
     sw.set_defaults(fn=cmd_sweep)
 
+
+def _add_eval_command(sub: argparse._SubParsersAction) -> None:
     ev = sub.add_parser("eval", help="success rate of a checkpoint on held-out games")
     ev.add_argument("--checkpoint", required=True, help="model folder, smollm2-135m or tiny")
     ev.add_argument("--env", required=True)
@@ -220,12 +234,6 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--batch-size", type=int, default=16)
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(fn=cmd_eval)
-
-    from tripod.report.commands import add_inspect_parser, add_report_parser
-
-    add_report_parser(sub)
-    add_inspect_parser(sub)
-    return p
 
 
 def _run_stopped_errors() -> tuple[type[Exception], ...]:
