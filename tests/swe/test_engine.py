@@ -53,3 +53,34 @@ def test_swe_recipe_runs_end_to_end(task_file, tmp_path):
     assert results["sft_train"]["demos"] == 2 and results["sft_train"]["tokens"] > 0
     assert len(results["rl_history"]) == 1
     assert set(results["eval"]["final"]) == {f"swe/file:{task_file}"}
+
+
+class _Script:
+    """A scripted policy that replays fixed replies (one per turn)."""
+
+    def __init__(self, replies: list[str]) -> None:
+        self.replies = list(replies)
+
+    def act(self, observation, info):
+        from tripod.envs.play import ScriptedAction
+
+        return ScriptedAction(self.replies.pop(0))
+
+
+def test_three_of_five_tests_passing_is_worth_0_sparse_and_0_6_final_score(task_file):
+    """The reward pillar on a real SWE episode: break `mean` (3 of the 5 tests pass), submit."""
+    from tripod.core.config import RewardSection
+    from tripod.rewards import turn_rewards
+
+    break_mean = ("I will change mean.\nedit calc/__init__.py\n<<<<<<< SEARCH\n"
+                  "    return sum(xs) / len(xs)\n=======\n    return 0\n>>>>>>> REPLACE")
+    engine = RolloutEngine(load_policy("tiny"), RolloutConfig(max_turns=5, batch_size=1))
+    (traj,), _ = engine.collect(make_jobs(f"swe/file:{task_file}", "train", [0], 1, 0),
+                                SamplingParams(), actor=lambda job: _Script([break_mean,
+                                                                             "submit"]))
+    engine.close()
+    assert traj.lost and not traj.won and traj.num_turns == 2
+    assert traj.start_progress == pytest.approx(0.8)  # 4 of 5 pass before any edit
+    assert turn_rewards(traj, RewardSection(kind="sparse")) == [0.0, 0.0]
+    assert turn_rewards(traj, RewardSection(kind="final_score")) == pytest.approx([0.0, 0.6])
+    assert sum(turn_rewards(traj, RewardSection(kind="dense"))) == pytest.approx(-0.2)
