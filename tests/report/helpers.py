@@ -2,16 +2,13 @@
 Chromium, and hostile trajectories.
 
 `run_recipe` trains 2 RL iterations (toy/letters-2, GAE, tiny model) and writes config.yaml,
-metrics.jsonl and results.json. The recording the RL loop will do is done here by hand with
-the same pieces: collect an iteration with the run's engine and config, build the training
-batch (`make_batch`, `score`, `advantage`: rewards, critic values, GAE advantages), take the trainer's
-teacher-forced logprobs, and write everything with `write_trajectories`. The final
-evaluation's trajectories are written too.
+metrics.jsonl, results.json and the trajectory records the RL loop itself keeps (every group:
+`train.trajectory_groups=-1`, with advantages and the trainer's logprobs at update time) and
+the evaluations' records.
 """
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +17,7 @@ TINY_RUN = ["env.id=toy/letters-2", "env.max_turns=2", "env.options={vocabulary:
             "train.tensorboard=false", "rollout.games_per_iter=2", "rollout.group_size=2",
             "rollout.truncated_action=step", "rollout.train.temperature=1.0",
             "rollout.train.max_new_tokens=4", "rollout.eval.max_new_tokens=4", "eval.games=4",
-            "algo.estimator=gae", "reward.invalid_penalty=-0.1"]
+            "algo.estimator=gae", "reward.invalid_penalty=-0.1", "train.trajectory_groups=-1"]
 
 
 @dataclass
@@ -30,50 +27,15 @@ class TinyRun:
     cfg: object
 
 
-def record_iteration(learner, cfg, iteration: int, run_dir: Path) -> Path:
-    """Play one RL iteration and write its records (advantages and trainer logprobs on)."""
-    from tripod.policy.rollout import RolloutEngine
-    from tripod.report.records import iteration_path, token_stats_from_batch, write_trajectories
-    from tripod.train.batch import token_logprobs
-    from tripod.train.common import rollout_config
-    from tripod.train.learner import score
-    from tripod.train.rl import advantage, collect, make_batch
-
-    engine = RolloutEngine(learner.policy, rollout_config(cfg))
-    trajs, _ = collect(engine, cfg, iteration - 1)
-    batch, _ = make_batch(trajs, cfg, learner.policy.pad_token_id)
-    batch = score(learner, batch)
-    advantage(batch, cfg.algo)
-    logp, _, _ = token_logprobs(learner.policy.model, batch.input_ids,
-                                batch.attention_mask, cfg.rollout.train.temperature,
-                                batch.loss_mask)
-    stats = token_stats_from_batch(batch, logp.detach())
-    return write_trajectories(iteration_path(run_dir, iteration), trajs,
-                              learner.policy.tokenizer, iteration, stats)
-
-
 def make_tiny_run(out_dir: Path) -> TinyRun:
     from tripod.core.config import load_config
-    from tripod.eval.evaluate import evaluate
-    from tripod.report.records import eval_path, write_trajectories
-    from tripod.train.common import rollout_config, sampling_params
-    from tripod.train.learner import build_learner
+    from tripod.policy.models import load_policy
     from tripod.train.pipeline import run_recipe
 
     cfg = load_config(overrides=[*TINY_RUN, f"run.out_dir={out_dir}", "run.name=tiny"])
     run_recipe(cfg)
     run_dir = out_dir / "tiny"
-    # The run wrote its own records (base evaluation, each iteration's sampled groups);
-    # these tests control the contents, so they start from an empty folder.
-    shutil.rmtree(run_dir / "trajectories")
-    learner = build_learner(cfg)
-    for iteration in (1, 2):
-        record_iteration(learner, cfg, iteration, run_dir)
-    _, trajs = evaluate(learner.policy, cfg.env.id, cfg.eval.split, cfg.eval.games,
-                        sampling_params(cfg.rollout.eval), rollout_config(cfg))
-    write_trajectories(eval_path(run_dir, "final", cfg.env.id), trajs,
-                       learner.policy.tokenizer, 2, source="eval/final")
-    return TinyRun(run_dir, learner.policy, cfg)
+    return TinyRun(run_dir, load_policy(str(run_dir / "checkpoints" / "iter_000002")), cfg)
 
 
 # -- headless Chromium -------------------------------------------------------------------------

@@ -179,20 +179,23 @@ def test_hostile_trajectories_round_trip(tmp_path, tokenizer):
 
 
 def test_tiny_run_records_match_the_trainer(tiny_run):
-    """Real records: the trainer's teacher-forced logprobs match the sampling logprobs
-    (README invariant, 1e-4 in fp32; records keep 4 decimals), which only holds if every
+    """The RL loop's own records: the trainer's logprobs at update time match the sampling
+    logprobs (README invariant, 1e-4 in fp32; records keep 4 decimals; one minibatch per
+    iteration here, so every row is scored before the step), which only holds if every
     token's numbers are stored against the right token."""
     files = trajectory_files(tiny_run.run_dir)
-    assert [f.name for f in files] == ["eval_final_toy_letters-2.jsonl.gz",
+    assert [f.name for f in files] == ["eval_base_toy_letters-2.jsonl.gz",
+                                       "eval_final_toy_letters-2.jsonl.gz",
                                        "iter_000001.jsonl.gz", "iter_000002.jsonl.gz"]
-    episodes = read_trajectories(files[1])
-    assert len(episodes) == 4 and {e.group_id for e in episodes} == {0, 1}
-    for ep in episodes:
-        for turn in ep.turns:
-            t = turn.tokens
-            assert t.advantages is not None and len(t.advantages) == len(t.ids) > 0
-            assert t.trainer_logprobs == pytest.approx(t.logprobs, abs=2e-4)
-    assert any(a != 0 for ep in episodes for turn in ep.turns for a in turn.tokens.advantages)
-    evals = read_trajectories(files[0])
+    for path in files[2:]:
+        episodes = read_trajectories(path)
+        assert len(episodes) == 4 and {e.group_id for e in episodes} == {0, 1}
+        for ep in episodes:
+            for turn in ep.turns:
+                t = turn.tokens
+                assert t.advantages is not None and len(t.advantages) == len(t.ids) > 0
+                assert t.trainer_logprobs == pytest.approx(t.logprobs, abs=2e-4)
+        assert any(a != 0 for ep in episodes for turn in ep.turns for a in turn.tokens.advantages)
+    evals = read_trajectories(files[1])
     assert {e.source for e in evals} == {"eval/final"}
     assert all(turn.tokens.advantages is None for e in evals for turn in e.turns)

@@ -79,6 +79,32 @@ def test_micro_batch_accumulation_equivalence(tmp_path, tiny_policy_factory, est
     torch.testing.assert_close(results[0] - start, results[1] - start, rtol=1e-4, atol=1e-7)
 
 
+def test_trainer_logprobs_are_recorded_at_update_time(tmp_path, tiny_policy_factory):
+    """`update` keeps, per row, the logprobs of the forward pass its first gradient step used:
+    before any step they equal the sampling logprobs; a row trained after an earlier
+    minibatch's step shows that step; a second epoch does not overwrite them."""
+    cfg = _cfg(tmp_path, "algo.estimator=grpo", "algo.minibatch_size=1", "algo.epochs=2",
+               "algo.lr=0.05")
+    learner = build_learner(cfg, tiny_policy_factory(seed=3))
+    batch = _batch(learner)
+    batch.advantages = batch.loss_mask.clone()  # every step moves the weights
+    before, _, _ = token_logprobs(learner.policy.model, batch.input_ids, batch.attention_mask,
+                                  1.0, batch.loss_mask)
+    gen = torch.Generator().manual_seed(cfg.run.seed * 7919 + 0)
+    first, later = torch.randperm(batch.num_rows, generator=gen).tolist()[:2]
+    update(learner, batch, iteration=0)
+    got, mask = batch.trainer_logprobs, batch.loss_mask.bool()
+    assert torch.isfinite(got[mask]).all() and got.shape == batch.old_logprobs.shape
+    torch.testing.assert_close(got[first][mask[first]], before[first][mask[first]],
+                               rtol=0, atol=1e-5)
+    torch.testing.assert_close(got[first][mask[first]], batch.old_logprobs[first][mask[first]],
+                               rtol=0, atol=1e-4)
+    assert (got[later][mask[later]] - before[later][mask[later]]).abs().max() > 1e-3
+    after, _, _ = token_logprobs(learner.policy.model, batch.input_ids, batch.attention_mask,
+                                 1.0, batch.loss_mask)
+    assert (got[mask] - after[mask]).abs().max() > 1e-3
+
+
 def test_select_trims_shared_right_padding():
     ids = torch.tensor([[5, 6, 7, 0], [5, 6, 0, 0], [5, 0, 0, 0]])
     attn = (ids > 0).long()

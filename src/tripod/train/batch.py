@@ -98,8 +98,8 @@ class TrainBatch:
     """A training batch: B rows right-padded to T tokens.
 
     `collate` fills the recorded fields; the trainer's scoring step adds `ref_logprobs`,
-    `old_values` and `kl_rewards`, its advantage step `advantages` and `returns` (each None
-    until then).
+    `old_values` and `kl_rewards`, its advantage step `advantages` and `returns`, its update
+    `trainer_logprobs` (each None until then).
     """
 
     input_ids: Tensor
@@ -129,6 +129,10 @@ class TrainBatch:
     """[B, T] the estimator's advantages (0 off the mask)."""
     returns: Tensor | None = None
     """[B, T] value targets (critic estimators) or each token's score."""
+    trainer_logprobs: Tensor | None = None
+    """[B, T] the trainer's logprobs of the sampled tokens at update time (first epoch, the
+    forward pass the first gradient step of each row used; NaN where a skipped step left none),
+    for the trajectory records: their gap to `old_logprobs` shows sampler/trainer mismatch."""
 
     @property
     def num_rows(self) -> int:

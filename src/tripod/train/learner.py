@@ -221,6 +221,8 @@ class MicroLoss:
     stats: dict[str, float]
     problem: str | None = None
     """A key of `LIKELY_CAUSE` when a value is not finite (the step is then skipped)."""
+    logprobs: Tensor | None = None
+    """[b, t] the trainer's logprobs of the micro-batch's tokens (detached), for the records."""
 
 
 def _finite_on(x: Tensor, mask: Tensor) -> bool:
@@ -254,7 +256,8 @@ def micro_loss(learner: Learner, mb: TrainBatch, norm: float) -> MicroLoss:
             loss = loss + algo.vf_coef * vl
         else:
             critic_loss = vl
-    return MicroLoss(loss, critic_loss, stats, _problem(logp, mb, loss, critic_loss))
+    return MicroLoss(loss, critic_loss, stats, _problem(logp, mb, loss, critic_loss),
+                     logp.detach())
 
 
 def _problem(logp: Tensor, mb: TrainBatch, loss: Tensor, critic_loss: Tensor | None) -> str | None:
@@ -267,18 +270,21 @@ def _problem(logp: Tensor, mb: TrainBatch, loss: Tensor, critic_loss: Tensor | N
     return None if torch.isfinite(total) else "loss"
 
 
-def minibatch_step(learner: Learner, mb: TrainBatch) -> tuple[dict[str, list[float]],
-                                                             str | None]:
+def minibatch_step(learner: Learner, mb: TrainBatch
+                   ) -> tuple[dict[str, list[float]], str | None, list[Tensor]]:
     """One optimizer step over a minibatch, accumulated over micro-batches: (stats, reason
-    the step was skipped or None)."""
+    the step was skipped or None, the trainer's logprobs of each micro-batch computed, in
+    row order)."""
     algo = learner.cfg.algo
     row_cap = learner.cfg.rollout.train.max_new_tokens * learner.cfg.env.max_turns
     norm = loss_normaliser(mb.loss_mask, algo.loss_agg, row_cap)
     learner.zero_grad()
     stats: dict[str, list[float]] = {}
     reason = None
+    logps: list[Tensor] = []
     for micro in learner.micro_batches(mb):
         out = micro_loss(learner, micro, norm)
+        logps.append(out.logprobs)
         if out.problem is not None:
             reason = out.problem
             break
@@ -292,12 +298,21 @@ def minibatch_step(learner: Learner, mb: TrainBatch) -> tuple[dict[str, list[flo
         stats.setdefault("grad_norm", []).append(grad_norm)
     if reason is not None:
         learner.zero_grad()
-    return stats, reason
+    return stats, reason, logps
+
+
+def _place(target: Tensor, rows: list[int], logps: list[Tensor]) -> None:
+    """Write micro-batch logprobs (trimmed to their own length) into `target`'s `rows`."""
+    start = 0
+    for lp in logps:
+        for i in range(lp.shape[0]):
+            target[rows[start + i], :lp.shape[1]] = lp[i]
+        start += lp.shape[0]
 
 
 def update(learner: Learner, batch: TrainBatch, iteration: int) -> dict[str, float]:
     """PPO-style epochs over minibatches (a seeded shuffle: resumable), one optimizer step per
-    minibatch. Returns the mean of each statistic, `skipped_updates` (this iteration) with
+    minibatch. Fills `batch.trainer_logprobs` from the first epoch. Returns the mean of each statistic, `skipped_updates` (this iteration) with
     `skipped_<reason>` counts, and `nan_skips` (the run's total). Raises `TrainingStopped`
     after `MAX_CONSECUTIVE_SKIPS` skipped steps in a row."""
     algo = learner.cfg.algo
@@ -305,11 +320,14 @@ def update(learner: Learner, batch: TrainBatch, iteration: int) -> dict[str, flo
     learner.policy.model.train()
     sums: dict[str, list[float]] = {}
     skipped: dict[str, int] = {}
+    batch.trainer_logprobs = torch.full(batch.loss_mask.shape, float("nan"))
     try:
-        for _ in range(algo.epochs):
+        for epoch in range(algo.epochs):
             order = torch.randperm(batch.num_rows, generator=gen).tolist()
             for rows in chunks(order, algo.minibatch_size):
-                stats, reason = minibatch_step(learner, batch.select(rows))
+                stats, reason, logps = minibatch_step(learner, batch.select(rows))
+                if epoch == 0:
+                    _place(batch.trainer_logprobs, rows, logps)
                 for k, v in stats.items():
                     sums.setdefault(k, []).extend(v)
                 _count_skip(learner, reason, skipped)

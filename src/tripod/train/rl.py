@@ -172,7 +172,8 @@ def save_trajectories(learner: Learner, trajs: list[Trajectory], batch: TrainBat
     if groups == 0:
         return
     kept = trajs if groups < 0 else sample_groups(trajs, groups)
-    stats = token_stats_from_batch(batch) if batch is not None else None
+    stats = (token_stats_from_batch(batch, batch.trainer_logprobs) if batch is not None
+             else None)
     write_trajectories(iteration_path(learner.cfg.run_dir, it + 1), kept,
                        learner.policy.tokenizer, it + 1, stats)
 
