@@ -188,8 +188,9 @@ def reinforce_pp_ref(inp: AdvantageInput, cfg: AlgoSection) -> torch.Tensor:
 
 
 def test_registry_implements_exactly_the_core_table() -> None:
-    assert set(ADVANTAGE_ESTIMATORS) == set(ESTIMATORS) == set(ALL)
-    meta = {n: (get_estimator(n).needs_critic, get_estimator(n).min_group_size) for n in ALL}
+    names = (*ALL, "gigpo")  # gigpo needs state ids: tests/algos/test_gigpo.py
+    assert set(ADVANTAGE_ESTIMATORS) == set(ESTIMATORS) == set(names)
+    meta = {n: (get_estimator(n).needs_critic, get_estimator(n).min_group_size) for n in names}
     assert meta == {
         "gae": (True, 1),
         "gae_turn": (True, 1),
@@ -197,8 +198,9 @@ def test_registry_implements_exactly_the_core_table() -> None:
         "dr_grpo": (False, 2),
         "rloo": (False, 2),
         "reinforce_pp": (False, 1),
+        "gigpo": (False, 2),
     }
-    assert all(get_estimator(n).info is ESTIMATORS[n] for n in ALL)
+    assert all(get_estimator(n).info is ESTIMATORS[n] for n in names)
 
 
 def test_registering_a_name_outside_the_table_is_an_error() -> None:

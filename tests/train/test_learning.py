@@ -44,7 +44,7 @@ BASE = [f"env.id={ENV}", "env.max_turns=2", "env.options={vocabulary: 4}", "mode
         "algo.credit=turn", "algo.lr=3e-3", "algo.critic_lr=3e-3", "algo.kl_coef=0.05",
         "algo.kl_in=loss", "algo.minibatch_size=64", "algo.micro_batch_size=64",
         "train.tensorboard=false"]
-GAMMA = {"gae": 1.0, "grpo": 0.0, "rloo": 0.0, "reinforce_pp": 0.0}
+GAMMA = {"gae": 1.0, "grpo": 0.0, "rloo": 0.0, "reinforce_pp": 0.0, "gigpo": 0.0}
 ITERATIONS = 50
 
 

@@ -66,10 +66,13 @@ class AdvantageInput:
     episode_ids: Tensor | None = None
     """[B] long. Rows with the same id belong to one episode (they share the episode's
     score). None means one row per episode, i.e. ``arange(B)``."""
+    state_ids: Tensor | None = None
+    """[B, T] long. Key of the environment state each agent token's turn acted from (equal
+    keys: the same state); required by `gigpo` only."""
 
     def __post_init__(self) -> None:
         b, t = self.loss_mask.shape
-        for name in ("token_rewards", "turn_ids", "values"):
+        for name in ("token_rewards", "turn_ids", "values", "state_ids"):
             x = getattr(self, name)
             if x is not None and tuple(x.shape) != (b, t):
                 raise ValueError(f"{name} has shape {tuple(x.shape)}, expected {(b, t)}")
@@ -566,6 +569,60 @@ def reinforce_pp(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
     return AdvantageOutput(
         _unpack_tokens(adv, lay, rewards), _unpack_tokens(scores.token, lay, rewards), stats
     )
+
+
+@register_estimator("gigpo")
+def gigpo(inp: AdvantageInput, cfg: AlgoSection) -> AdvantageOutput:
+    """GiGPO-style advantage (Feng et al. 2025, "Group-in-Group Policy Optimization"):
+    ``A = A_episode + step_weight * A_step``.
+
+    ``A_episode`` is GRPO's: the episode return against its group's, ``(R - mean)/(std +
+    eps)``. ``A_step`` compares turns taken from the same state: within a group (one game),
+    the turns whose `state_ids` are equal form a *step group*; a turn's score is its
+    discounted return-to-go ``G_k`` (``cfg.gamma``), compared with the step group's mean and
+    std. A turn alone in its state (or in a step group whose returns are equal) gets
+    ``A_step = 0``, so with no repeated state GiGPO is GRPO. Text games revisit states across
+    a group's episodes (every episode starts in the same one), which is where the step-level
+    signal comes from: the same room with the same inventory, and one episode went on to win
+    from it while another did not.
+
+    Example (gamma 1, one group, episodes A: turns s0 -> s1, return 1 on the last turn;
+    B: s0 -> s2, return 0): A_episode = +0.707 / -0.707; at s0 the step group is {A0: 1,
+    B0: 0}, so A_step(A0) = +0.707, A_step(B0) = -0.707; s1 and s2 are alone (A_step 0).
+    Advantages: A = [1.414, 0.707], B = [-1.414, -0.707] (step_weight 1).
+    """
+    if inp.state_ids is None:
+        raise ValueError("gigpo needs state_ids (the state each turn acted from); the RL "
+                         "loop fills them from the observations (train.batch.turn_state_keys)")
+    lay = _layout(inp)
+    rewards = _gather_tokens(inp.token_rewards, lay)  # [N]
+    episode = rewards.new_zeros(lay.num_episodes).index_add_(0, lay.episode, rewards)  # [E]
+    groups = _group_stats(inp, lay, episode, "gigpo")
+    ep_mean, ep_std, _ = _cell_stats(episode, groups.episode_group, int(groups.size.numel()),
+                                     False)
+    a_episode = torch.where(ep_std > 0, (episode - ep_mean) / (ep_std + EPS), 0.0)  # [E]
+    unit_rewards = rewards.new_zeros(lay.unit_first.numel()).index_add_(0, lay.unit, rewards)
+    r_p, valid = _pack(unit_rewards, lay.unit_episode, lay.unit_rank, lay.num_episodes)
+    unit_return = _discounted_return_to_go(r_p, valid, cfg.gamma)[lay.unit_episode,
+                                                                  lay.unit_rank]  # [U]
+    unit_state = _gather_tokens(inp.state_ids, lay)[lay.unit_first].long()  # [U]
+    pairs = torch.stack([groups.episode_group[lay.unit_episode], unit_state], 1)  # [U, 2]
+    _, cell = torch.unique(pairs, dim=0, return_inverse=True)  # [U]
+    num_cells = int(cell.max()) + 1 if cell.numel() else 0
+    s_mean, s_std, count = _cell_stats(unit_return, cell, num_cells, False)  # [U] each
+    a_step = torch.where(s_std > 0, (unit_return - s_mean) / (s_std + EPS), 0.0)  # [U]
+    adv_unit = a_episode[lay.unit_episode] + cfg.step_weight * a_step  # [U]
+    stats = {
+        "zero_variance_group_fraction": groups.zero_variance_fraction,
+        "num_groups": float(groups.size.numel()),
+        "score_mean": float(episode.mean()) if episode.numel() else 0.0,
+        "step_grouped_fraction": float((count > 1).float().mean()) if count.numel() else 0.0,
+        "step_signal_fraction": float((s_std > 0).float().mean()) if s_std.numel() else 0.0,
+        "advantage_abs_mean": float(adv_unit.abs().mean()) if adv_unit.numel() else 0.0,
+    }
+    like = inp.token_rewards
+    return AdvantageOutput(_unpack_tokens(adv_unit[lay.unit], lay, like),
+                           _unpack_tokens(unit_return[lay.unit], lay, like), stats)
 
 
 # ----------------------------------------------------------------------------- table check

@@ -128,12 +128,16 @@ class RolloutSection(_Section):
 class AlgoSection(_Section):
     estimator: str = "gae"
     """Advantage estimator: gae, gae_turn (critic), grpo, dr_grpo (GRPO without the division
-    by the group std), rloo, reinforce_pp."""
+    by the group std), rloo, reinforce_pp, gigpo (GRPO plus a step-level baseline over the
+    group's turns taken from the same state)."""
     gamma: float = Field(1.0, ge=0.0, le=1.0)
     """Discount: per agent token for `gae`, per turn for `gae_turn` and `credit=turn`. The
     published recipe uses 1.0 (gamma < 1 hurt)."""
     lam: float = Field(1.0, ge=0.0, le=1.0)
     """GAE lambda: 1.0 is the Monte-Carlo return minus the value, 0.0 is TD(0)."""
+    step_weight: float = Field(1.0, ge=0.0)
+    """`gigpo` only: weight of the step-level advantage added to the episode-level one
+    (GiGPO's omega; 0 gives GRPO)."""
     credit: Literal["episode", "turn"] = "episode"
     """Critic-free estimators: the score a turn's tokens get. `episode`: the episode's total
     reward, compared with its group's episode totals. `turn`: the turn's discounted

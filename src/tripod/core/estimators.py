@@ -31,5 +31,6 @@ ESTIMATORS: dict[str, EstimatorInfo] = {
     "dr_grpo": EstimatorInfo(min_group_size=GROUP_MIN_SIZE),
     "rloo": EstimatorInfo(min_group_size=GROUP_MIN_SIZE),
     "reinforce_pp": EstimatorInfo(),
+    "gigpo": EstimatorInfo(min_group_size=GROUP_MIN_SIZE),
 }
 """Every estimator a recipe may name (`algo.estimator`)."""

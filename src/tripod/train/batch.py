@@ -8,13 +8,14 @@ Either way the ids are the sampled ids; nothing is re-tokenized.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
 
 from tripod.algos.losses import entropy_from_logits
-from tripod.core.types import Trajectory
+from tripod.core.types import Trajectory, TurnStatus
 
 
 @dataclass
@@ -28,6 +29,7 @@ class Row:
     turn_ids: list[int]        # turn index on agent tokens, -1 elsewhere
     group_id: int
     episode_id: int
+    state_ids: list[int] | None = None  # the turn's anchor-state key on agent tokens, else -1
 
 
 @dataclass
@@ -66,6 +68,33 @@ def _prefix_consistent(traj: Trajectory) -> bool:
     return True
 
 
+def state_key(text: str) -> int:
+    """A stable non-negative 56-bit key of an observation text (same text, same key, across
+    processes and runs: Python's `hash` is salted per process)."""
+    digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=7).digest()
+    return int.from_bytes(digest, "big")
+
+
+def turn_state_keys(traj: Trajectory) -> list[int]:
+    """Per turn, a key of the environment state the turn's action was taken from (GiGPO's
+    anchor state): the observation the agent acted on (the first observation for turn 0).
+    After an action the env did not carry out (invalid or truncated) the state has not
+    changed, so the turn keeps the previous turn's key rather than taking the key of the
+    env's "I didn't understand" message, which is the same text in many different states.
+
+    The observation is a proxy for the state: two states that read the same (e.g. two
+    TextWorld rooms with the same description) share a key."""
+    keys: list[int] = []
+    for k in range(traj.num_turns):
+        if k == 0:
+            keys.append(state_key(traj.first_observation))
+        elif traj.turns[k - 1].status is not TurnStatus.OK:
+            keys.append(keys[-1])
+        else:
+            keys.append(state_key(traj.turns[k - 1].observation))
+    return keys
+
+
 def trajectory_rows(traj: Trajectory, rewards: list[float]) -> list[Row]:
     """Rows for one trajectory; `rewards[k]` is turn k's reward."""
     if len(rewards) != traj.num_turns:
@@ -73,6 +102,7 @@ def trajectory_rows(traj: Trajectory, rewards: list[float]) -> list[Row]:
     if not traj.turns:
         return []
     spans = [traj.turns] if _prefix_consistent(traj) else [[t] for t in traj.turns]
+    keys = turn_state_keys(traj)
     rows = []
     offset = 0
     for span in spans:
@@ -80,16 +110,18 @@ def trajectory_rows(traj: Trajectory, rewards: list[float]) -> list[Row]:
         ids = last.prompt_ids + last.action_ids
         mask, lps, rws, tids = ([0] * len(ids), [0.0] * len(ids), [0.0] * len(ids),
                                 [-1] * len(ids))
+        sids = [-1] * len(ids)
         for j, turn in enumerate(span):
             start = len(turn.prompt_ids)
             k = offset + j
             for i, (tok, lp) in enumerate(zip(turn.action_ids, turn.logprobs)):
                 assert ids[start + i] == tok, "recorded ids are inconsistent"
                 mask[start + i], lps[start + i], tids[start + i] = int(turn.trainable), lp, k
+                sids[start + i] = keys[k]
             if turn.action_ids:
                 rws[start + len(turn.action_ids) - 1] = rewards[k]
         offset += len(span)
-        rows.append(Row(ids, mask, lps, rws, tids, traj.group_id, traj.episode_id))
+        rows.append(Row(ids, mask, lps, rws, tids, traj.group_id, traj.episode_id, sids))
     return rows
 
 
@@ -118,6 +150,9 @@ class TrainBatch:
     """[B] long. Episodes of one game and seed share a group."""
     episode_ids: Tensor
     """[B] long. Rows of one episode share an id."""
+    state_ids: Tensor | None = None
+    """[B, T] long. On agent tokens, the key of the state the token's turn acted from
+    (`turn_state_keys`); -1 elsewhere. Read by step-level estimators (`gigpo`)."""
     ref_logprobs: Tensor | None = None
     """[B, T] reference-policy logprobs (only with a KL penalty)."""
     old_values: Tensor | None = None
@@ -168,6 +203,8 @@ def collate(rows: list[Row], pad_id: int) -> TrainBatch:
         turn_ids=torch.tensor([pad(r.turn_ids, -1) for r in rows]),
         group_ids=torch.tensor([r.group_id for r in rows]),
         episode_ids=torch.tensor([r.episode_id for r in rows]),
+        state_ids=(torch.tensor([pad(r.state_ids, -1) for r in rows])
+                   if all(r.state_ids is not None for r in rows) else None),
     )
 
 

@@ -100,7 +100,8 @@ def advantage(batch: TrainBatch, algo: AlgoSection) -> dict[str, float]:
     out = get_estimator(algo.estimator)(
         AdvantageInput(token_rewards=rewards, loss_mask=batch.loss_mask,
                        turn_ids=batch.turn_ids, group_ids=batch.group_ids,
-                       values=batch.old_values, episode_ids=batch.episode_ids), algo)
+                       values=batch.old_values, episode_ids=batch.episode_ids,
+                       state_ids=batch.state_ids), algo)
     batch.advantages, batch.returns = out.advantages, out.returns
     return out.stats
 
