@@ -20,6 +20,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tripod.experiments.aggregate import EvalRow, summarise_arms  # noqa: E402
 from tripod.experiments.study import PlotSpec  # noqa: E402
@@ -65,7 +66,10 @@ def plot_learning_curves(curves: Curves, metric: str, out_dir: Path, stem: str) 
         ax.fill_between(steps, [min(v) for v in by_step], [max(v) for v in by_step],
                         color=line.get_color(), alpha=0.2)
     ax.set_xlabel("RL iteration")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel(metric)
+    if "success" in metric:
+        ax.set_ylim(-0.02, 1.02)
     ax.set_title(f"{metric}: mean over seeds, band = range")
     ax.legend(fontsize=7)
     return _save(fig, out_dir, stem)

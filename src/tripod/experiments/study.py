@@ -398,7 +398,7 @@ def is_finished(spec: RunSpec) -> bool:
 Runner = Callable[[TrainConfig], Any]
 
 
-def _default_runner(cfg: TrainConfig) -> Any:
+def default_runner(cfg: TrainConfig) -> Any:
     from tripod.train.pipeline import run_recipe
 
     return run_recipe(cfg)
@@ -416,8 +416,10 @@ def run_one(spec: RunSpec, runner: Runner) -> None:
 
 @dataclass
 class StudyOutcome:
-    """What `run_study` did: runs started, runs skipped as finished, the output files."""
+    """What `run_study` did: every run (in order), runs started, runs skipped as finished,
+    the output files."""
 
+    runs: list[RunSpec]
     ran: list[RunSpec]
     skipped: list[RunSpec]
     outputs: dict[str, Path]
@@ -425,11 +427,20 @@ class StudyOutcome:
 
 def run_study(path: str | Path, out: Path | None = None, smoke: bool = False,
               dry_run: bool = False, summarise_only: bool = False,
-              runner: Runner = _default_runner, log: Callable[[str], None] = print
+              runner: Runner = default_runner, log: Callable[[str], None] = print
               ) -> StudyOutcome:
-    """Validate everything, run the unfinished arm x seed runs in order, then summarise."""
+    """Load a study file and run it (see `execute_study`)."""
     study, study_path = load_study(path)
-    out = out or default_out(study, smoke)
+    return execute_study(study, study_path, out or default_out(study, smoke), smoke=smoke,
+                         dry_run=dry_run, summarise_only=summarise_only, runner=runner, log=log)
+
+
+def execute_study(study: StudyFile, study_path: Path, out: Path, smoke: bool = False,
+                  dry_run: bool = False, summarise_only: bool = False,
+                  runner: Runner = default_runner, log: Callable[[str], None] = print
+                  ) -> StudyOutcome:
+    """Validate every run, run the unfinished ones in order, then summarise. `study_path`
+    locates the base recipe (`base` is relative to its folder)."""
     runs = resolve_runs(study, study_path, out, smoke)
     check_study(study, runs)
     todo = [r for r in runs if not is_finished(r)]
@@ -438,16 +449,17 @@ def run_study(path: str | Path, out: Path | None = None, smoke: bool = False,
         state = "done" if r not in todo else ("would run" if dry_run else "to run")
         log(f"  {r.arm.name:<28} seed {r.seed}  {state:<9} {_describe_settings(r.arm)}")
     if dry_run:
-        return StudyOutcome([], [r for r in runs if r not in todo], {})
+        return StudyOutcome(runs, [], [r for r in runs if r not in todo], {})
     out.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(study_path, out / "study.yaml")
+    (out / "study.yaml").write_text(yaml.safe_dump(study.model_dump(mode="json"),
+                                                   sort_keys=False))
     ran = []
     for i, spec in enumerate([] if summarise_only else todo, 1):
         log(f"[{i}/{len(todo)}] arm {spec.arm.name}, seed {spec.seed} -> {spec.run_dir}")
         run_one(spec, runner)
         ran.append(spec)
     outputs = summarise_study(study, study_path, runs, out, smoke)
-    return StudyOutcome(ran, [r for r in runs if r not in ran], outputs)
+    return StudyOutcome(runs, ran, [r for r in runs if r not in ran], outputs)
 
 
 def _describe_settings(arm: Arm) -> str:
