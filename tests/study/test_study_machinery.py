@@ -191,3 +191,13 @@ def test_outputs_table_episodes_summary_and_plots(toy_dir):
         "learning_curves", "success_by-tag_x", "bars-algo_estimator-tag_x"))
     assert all(os.path.getsize(toy_dir / "out" / "plots" / p) > 1000 for p in plots)
     assert json.loads((toy_dir / "out" / "a" / "seed0" / DONE_FILE).read_text())["arm"] == "a"
+
+
+def test_a_moved_study_folder_keeps_its_finished_runs(toy_dir):
+    """The completion check ignores where the study lives (its folder, the shared SFT path)."""
+    path = write_study(toy_dir, arms=[{"name": "a"}], shared_sft=True)
+    run_study(path, toy_dir / "out", runner=FakeRunner(), log=print)
+    (toy_dir / "out").rename(toy_dir / "moved")
+    again = FakeRunner()
+    outcome = run_study(path, toy_dir / "moved", runner=again, log=print)
+    assert again.calls == [] and len(outcome.skipped) == 4

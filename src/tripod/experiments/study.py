@@ -181,6 +181,7 @@ class RunSpec:
     arm: Arm
     seed: int
     cfg: TrainConfig
+    study_dir: Path
 
     @property
     def run_dir(self) -> Path:
@@ -328,7 +329,7 @@ def resolve_runs(study: StudyFile, study_path: Path, out: Path,
                 cfg = load_config(None, base=_merge(data, _nest(settings)))
             except ConfigError as exc:
                 raise StudyError(f"{study_path}: arm {arm.name}, seed {seed}: {exc}") from None
-            runs.append(RunSpec(arm, seed, cfg))
+            runs.append(RunSpec(arm, seed, cfg, out))
     return runs
 
 
@@ -378,8 +379,16 @@ def check_study(study: StudyFile, runs: list[RunSpec]) -> None:
 
 
 # -- running ---------------------------------------------------------------------------------
-def _fingerprint(cfg: TrainConfig) -> str:
-    return json.dumps(cfg.model_dump(mode="json"), sort_keys=True)
+def _fingerprint(spec: RunSpec) -> str:
+    """The resolved recipe, without where the study lives: a study folder that was moved or
+    named by another spelling of its path still recognises its finished runs."""
+    data = spec.cfg.model_dump(mode="json")
+    data["run"] = {"seed": data["run"]["seed"]}
+    model = data["model"]["name"]
+    sft_dir = str(spec.study_dir / "sft")
+    if model.startswith(sft_dir):
+        data["model"]["name"] = "STUDY/sft" + model[len(sft_dir):]
+    return json.dumps(data, sort_keys=True)
 
 
 def is_finished(spec: RunSpec) -> bool:
@@ -389,7 +398,7 @@ def is_finished(spec: RunSpec) -> bool:
     if not (marker.is_file() and (spec.run_dir / "results.json").is_file()):
         return False
     saved = json.loads(marker.read_text())
-    if saved.get("fingerprint") != _fingerprint(spec.cfg):
+    if saved.get("fingerprint") != _fingerprint(spec):
         raise StudyError(f"{spec.run_dir} was finished with another recipe than the study "
                          "file now gives; delete that run or use another --out")
     return True
@@ -410,7 +419,7 @@ def run_one(spec: RunSpec, runner: Runner) -> None:
     if spec.run_dir.exists():
         shutil.rmtree(spec.run_dir)
     runner(spec.cfg)
-    marker = {"arm": spec.arm.name, "seed": spec.seed, "fingerprint": _fingerprint(spec.cfg)}
+    marker = {"arm": spec.arm.name, "seed": spec.seed, "fingerprint": _fingerprint(spec)}
     (spec.run_dir / DONE_FILE).write_text(json.dumps(marker))
 
 
