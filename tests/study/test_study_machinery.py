@@ -131,6 +131,9 @@ def test_a_killed_study_reruns_only_what_did_not_finish(toy_dir):
     partial = out / "estimator=rloo" / "seed0"
     assert (partial / "half-written.txt").exists() and not (partial / DONE_FILE).exists()
 
+    summary = run_study(path, out, summarise_only=True, runner=FakeRunner(), log=print)
+    assert summary.ran == [] and "Runs finished: 2 of 4" in summary.outputs["summary"].read_text()
+
     again = FakeRunner()
     outcome = run_study(path, out, runner=again, log=print)
     assert again.calls == [partial, out / "estimator=rloo" / "seed1"]

@@ -123,7 +123,7 @@ def _draw_panel(ax: plt.Axes, rows: list[EvalRow], spec: PlotSpec) -> None:
         ax.set_xticks(range(len(xs)), [str(x) for x in xs], rotation=20, fontsize=8)
     ax.set_xlabel(spec.x)
     ax.set_ylabel("held-out success (95% CI)")
-    ax.set_ylim(0, 1.05)
+    ax.set_ylim(-0.02, 1.05)
     if spec.series:
         ax.legend(fontsize=7)
 

@@ -20,6 +20,7 @@ import itertools
 import json
 import re
 import shutil
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -408,9 +409,15 @@ Runner = Callable[[TrainConfig], Any]
 
 
 def default_runner(cfg: TrainConfig) -> Any:
+    """The recipe pipeline; the run's models are freed before the next run loads its own."""
+    import gc
+
     from tripod.train.pipeline import run_recipe
 
-    return run_recipe(cfg)
+    try:
+        return run_recipe(cfg)
+    finally:
+        gc.collect()
 
 
 def run_one(spec: RunSpec, runner: Runner) -> None:
@@ -528,6 +535,10 @@ def cmd_study(args: Any) -> int:
                             dry_run=args.dry_run, summarise_only=args.summarise)
     except StudyError as exc:
         raise ConfigError(str(exc)) from None
+    except KeyboardInterrupt:
+        print("interrupted: finished runs are kept; the same command runs the rest",
+              file=sys.stderr)
+        return 130
     if outcome.outputs:
         print(f"ran {len(outcome.ran)} runs, {len(outcome.skipped)} already finished")
         for key in ("summary", "table", "episodes"):
