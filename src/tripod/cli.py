@@ -1,5 +1,5 @@
 """`tripod` command line: envs, play, rollout, quickstart, sft, train, sweep, eval, report,
-inspect."""
+inspect, study, budget."""
 
 from __future__ import annotations
 
@@ -163,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_parser(sub)
     add_inspect_parser(sub)
+    from tripod.experiments.study import register_study_commands
+
+    register_study_commands(sub)
     return p
 
 

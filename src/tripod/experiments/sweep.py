@@ -1,22 +1,33 @@
 """`tripod sweep RECIPE algo.estimator=gae,grpo,rloo reward.kind=sparse,dense`.
 
-Every combination of the comma-separated values is one run of the recipe (SFT, RL and
-evaluation as the recipe says), named after its settings; the final held-out success rates
-are collected into `sweep.json` and printed as one table. This is how the paper-style studies
-(algorithm comparison, reward density, task complexity, SFT:RL split) run with one command.
+A sweep is the simplest study (`tripod.experiments.study`): every combination of the
+comma-separated values is one arm, run once with the recipe's seed, in
+`{out_dir}/{name}-sweep/ARM/seedN`. Like a study it is resumable (finished runs are skipped
+when the same sweep is run again) and writes `results.csv` and `summary.md` there; the final
+held-out success rates are also collected into `{out_dir}/{name}-sweep.json` and printed as
+one table. Studies with seeds, paired settings (`zip`) and plots are study files.
 """
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
 from tripod.core.config import ConfigError, load_config
-from tripod.train.pipeline import run_recipe
+from tripod.experiments.study import (
+    ArmSpec,
+    EvalSpec,
+    GridSpec,
+    Runner,
+    StudyError,
+    StudyFile,
+    default_runner,
+    execute_study,
+)
 
 
 def parse_grid(items: list[str]) -> tuple[list[str], list[list[str]]]:
@@ -32,27 +43,47 @@ def parse_grid(items: list[str]) -> tuple[list[str], list[list[str]]]:
     return keys, values
 
 
-def run_sweep(recipe: Path, grid: list[str], out: Path | None = None) -> list[dict]:
+def sweep_study(recipe: Path, grid: list[str]) -> StudyFile:
+    """The study a sweep runs: a product grid over the recipe, the recipe's seed."""
     keys, values = parse_grid(grid)
-    combos = list(itertools.product(*values)) or [()]
     base = load_config(recipe)
-    # Validate every arm before running any of them.
-    arms = []
-    for combo in combos:
-        overrides = [f"{k}={v}" for k, v in zip(keys, combo)]
-        name = "-".join([base.run.name] + [f"{k.split('.')[-1]}={v}" for k, v in zip(keys, combo)])
-        arms.append((load_config(recipe, overrides + [f"run.name={name}"]), dict(zip(keys, combo))))
+    product = {k: [yaml.safe_load(v) if v else "" for v in vals] for k, vals in zip(keys, values)}
+    return StudyFile(
+        name=f"{base.run.name}-sweep", question=f"sweep of {recipe.name}: {' '.join(grid)}",
+        base=recipe.name, seeds=[base.run.seed],
+        arms=[] if keys else [ArmSpec(name=base.run.name)],
+        grid=GridSpec(product=product) if keys else None,
+        eval=EvalSpec(split=base.eval.split, before_training=base.eval.before_training))
+
+
+def run_sweep(recipe: Path, grid: list[str], out: Path | None = None,
+              runner: Runner = default_runner) -> list[dict]:
+    from tripod.experiments.aggregate import read_run
+
+    recipe = Path(recipe).resolve()
+    study = sweep_study(recipe, grid)
+    base = load_config(recipe)
+    try:
+        outcome = execute_study(study, recipe, Path(base.run.out_dir) / study.name,
+                                runner=runner)
+    except StudyError as exc:
+        raise ConfigError(str(exc)) from None
     rows = []
-    for cfg, settings in arms:
-        results = run_recipe(cfg)
-        final = results["eval"].get("final") or results["eval"].get("sft") or {}
-        rows.append({"settings": settings, "run_dir": results["run_dir"],
-                     "success": {env: r["success_rate"] for env, r in final.items()},
-                     "ci95": {env: r["ci95"] for env, r in final.items()}})
+    for spec in outcome.runs:
+        evals = read_run(spec.run_dir, spec.arm.name, spec.seed, {}, {}, {})
+        rows.append({"settings": spec.arm.settings, "run_dir": str(spec.run_dir),
+                     "success": {r.eval_env: r.success_rate for r in evals},
+                     "ci95": {r.eval_env: _ci(r.successes, r.episodes) for r in evals}})
     out = out or Path(base.run.out_dir) / f"{base.run.name}-sweep.json"
     out.write_text(json.dumps(rows, indent=2))
-    _print(rows, keys)
+    _print(rows, list(study.grid.product) if study.grid else [])
     return rows
+
+
+def _ci(successes: int, n: int) -> tuple[float, float]:
+    from tripod.eval.evaluate import wilson_interval
+
+    return wilson_interval(successes, n)
 
 
 def _print(rows: list[dict], keys: list[str]) -> None:

@@ -1,0 +1,86 @@
+"""Studies end to end at smoke size (tiny model, real envs and pipeline), and a study killed
+with SIGKILL in the middle, then re-run: only the unfinished runs run again."""
+
+from __future__ import annotations
+
+import csv
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tripod.cli import main
+from tripod.experiments.study import (
+    DONE_FILE,
+    default_runner,
+    load_study,
+    run_study,
+    study_arms,
+)
+
+SRC = Path(__file__).resolve().parents[2] / "src"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", ["06-sft-rl-budget", "05-algorithms"])
+def test_study_runs_end_to_end_at_smoke_size(tmp_path, name):
+    out = tmp_path / "study"
+    assert main(["study", name, "--smoke", "--out", str(out)]) == 0
+    study, path = load_study(name)
+    with open(out / "results.csv") as fh:
+        rows = list(csv.DictReader(fh))
+    arms = list(dict.fromkeys(r["arm"] for r in rows))
+    assert arms == [a.name for a in study_arms(study, smoke=True)]
+    envs = study.eval.env_ids or None
+    for arm in arms:
+        got = {r["eval_env"] for r in rows if r["arm"] == arm}
+        assert envs is None or got == set(envs)
+        assert all(int(r["episodes"]) + int(r["env_errors"]) == 2 for r in rows)
+    summary = (out / "summary.md").read_text()
+    assert "smoke size" in summary and "## Paired comparisons" in summary
+    for plot in study.plots:
+        for ext in ("png", "svg"):
+            assert (out / "plots" / f"{plot.stem}.{ext}").stat().st_size > 1000
+
+
+TOY_STUDY = {"name": "killed", "question": "q?", "base": "toy.yaml", "seeds": [0],
+             "grid": {"zip": {"algo.estimator": ["grpo", "rloo", "reinforce_pp"]},
+                      "names": ["a", "b", "c"]}}
+
+
+@pytest.mark.slow
+def test_a_study_killed_by_sigkill_finishes_only_the_rest(toy_dir):
+    path = toy_dir / "study.yaml"
+    path.write_text(yaml.safe_dump(TOY_STUDY))
+    out = toy_dir / "out"
+    env = {**os.environ, "PYTHONPATH": f"{SRC}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-m", "tripod.cli", "study", str(path), "--out",
+                             str(out)], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    first = out / "a" / "seed0" / DONE_FILE
+    try:
+        deadline = time.monotonic() + 600
+        while not first.exists() and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert first.exists(), "the first run never finished"
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    stamp = first.stat().st_mtime_ns
+    assert not (out / "c" / "seed0" / DONE_FILE).exists()
+    calls = []
+
+    def counting(cfg):
+        calls.append(cfg.run_dir.parent.name)
+        return default_runner(cfg)
+
+    outcome = run_study(path, out, runner=counting, log=print)
+    assert "a" not in calls and calls[-1] == "c"
+    assert [r.arm.name for r in outcome.skipped][0] == "a"
+    assert first.stat().st_mtime_ns == stamp
+    assert all((out / arm / "seed0" / DONE_FILE).exists() for arm in "abc")
