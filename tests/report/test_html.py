@@ -103,6 +103,26 @@ def test_study_directory_lists_runs_tables_and_plots(run_copy, tmp_path):
     assert page.count("<polyline") >= 2  # overlaid curves of both runs
 
 
+def test_tripod_study_layout_shows_summary_runs_and_plots(run_copy, tmp_path):
+    """`tripod study` writes STUDY/ARM/seedN, results.csv, summary.md and plots/ (PNG + SVG)."""
+    study = tmp_path / "study"
+    for arm in ("rloo", "grpo"):
+        for seed in (0, 1):
+            shutil.copytree(run_copy, study / arm / f"seed{seed}")
+    (study / "results.csv").write_text("arm,seed,env,successes,episodes\nrloo,0,toy,1,4\n")
+    (study / "summary.md").write_text("| arm | success |\n|---|---|\n| rloo | 25% <i>x</i> |\n")
+    (study / "plots").mkdir()
+    (study / "plots" / "curves.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    (study / "plots" / "curves.svg").write_text('<svg xmlns="http://www.w3.org/2000/svg"/>')
+    (study / "plots" / "bars.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\0" * 64)
+    page = build_report(study).read_text()
+    assert "Runs (4)" in page and "rloo/seed1" in page and "grpo/seed0" in page
+    assert "| rloo | 25% &lt;i&gt;x&lt;/i&gt; |" in page
+    assert "results.csv" in page
+    assert page.count("<figcaption>") == 2  # curves once (its SVG), bars as PNG
+    assert "curves.svg" in page and "bars.png" in page and "curves.png" not in page
+
+
 def test_max_episodes_keeps_whole_groups(tmp_path, tokenizer):
     run = tmp_path / "run"
     trajs = hostile_trajectories(tokenizer)  # two groups of four

@@ -518,6 +518,9 @@ def summarise_study(study: StudyFile, study_path: Path, runs: list[RunSpec], out
         f"Study: {study.name}", header, rows, comparisons,
         [p.relative_to(out) for p in plots]))
     outputs.update({f"plot:{p.stem}": p for p in plots})
+    from tripod.report.html import build_report
+
+    outputs["report"] = build_report(out)  # the study page: summary, runs, tables, plots
     return outputs
 
 

@@ -447,9 +447,16 @@ def _csv_tables(study_dir: Path, warnings: list[str], max_rows: int = 500) -> st
 
 
 def _plots(study_dir: Path) -> str:
+    """Plots in the study folder and its `plots/` folder (`tripod study` writes them there);
+    a plot written both as PNG and SVG is shown once (the SVG)."""
     mime = {".png": "image/png", ".svg": "image/svg+xml"}
+    found = [p for d in (study_dir, study_dir / "plots") if d.is_dir()
+             for p in sorted(d.iterdir()) if p.suffix.lower() in mime]
+    stems = {(p.parent, p.stem) for p in found if p.suffix.lower() == ".svg"}
     out = []
-    for path in sorted(p for p in study_dir.iterdir() if p.suffix.lower() in mime):
+    for path in found:
+        if path.suffix.lower() == ".png" and (path.parent, path.stem) in stems:
+            continue
         data = base64.b64encode(path.read_bytes()).decode("ascii")
         out.append(f'<figure><img class="plot" alt="{_esc(path.name)}" '
                    f'src="data:{mime[path.suffix.lower()]};base64,{data}">'
@@ -457,20 +464,43 @@ def _plots(study_dir: Path) -> str:
     return "".join(out)
 
 
+def study_runs(study_dir: Path) -> list[Path]:
+    """Run folders of a study: direct children (`tripod sweep` layouts, hand-made studies) and
+    grandchildren (`tripod study` writes STUDY/ARM/seedN)."""
+    found = []
+    for child in sorted(p for p in study_dir.iterdir() if p.is_dir()):
+        if is_run_dir(child):
+            found.append(child)
+        else:
+            found.extend(p for p in sorted(child.iterdir()) if p.is_dir() and is_run_dir(p))
+    return found
+
+
+def _summary_md(study_dir: Path) -> str:
+    path = study_dir / "summary.md"
+    if not path.is_file():
+        return ""
+    return f"<pre>{_esc(path.read_text(encoding='utf-8', errors='replace'))}</pre>"
+
+
 def study_page(study_dir: Path) -> str:
-    runs = [load_run(p) for p in sorted(study_dir.iterdir()) if p.is_dir() and is_run_dir(p)]
+    paths = study_runs(study_dir)
+    runs = [load_run(p) for p in paths]
+    names = [str(p.relative_to(study_dir)) for p in paths]
     warnings = [w for r in runs for w in r.warnings]
     summaries = [run_summary(r) for r in runs]
     columns = sorted({k for s in summaries for k in s})
-    table = _table(["run", *columns], [[r.name, *[s.get(c, "") for c in columns]]
-                                       for r, s in zip(runs, summaries)])
+    table = _table(["run", *columns], [[n, *[s.get(c, "") for c in columns]]
+                                       for n, s in zip(names, summaries)])
     overlays = []
     for key in STUDY_CURVES:
-        series = {r.name: metric_series(r.metrics).get(key, []) for r in runs}
+        series = {n: metric_series(r.metrics).get(key, []) for n, r in zip(names, runs)}
         series = {k: v for k, v in series.items() if v}
         if series:
             overlays.append(svg_line_chart(key, series, width=420, height=240))
-    sections = [_section("runs", f"Runs ({len(runs)})", table if runs else
+    sections = [_section("summary", "Study summary", _summary_md(study_dir) or
+                         '<p class="note">no summary.md (tripod study --summarise writes it)</p>'),
+                _section("runs", f"Runs ({len(runs)})", table if runs else
                          '<p class="note">no run directories here</p>'),
                 _section("curves", "Learning curves", '<div class="charts">' +
                          "".join(overlays) + "</div>"),
@@ -478,7 +508,8 @@ def study_page(study_dir: Path) -> str:
                          '<p class="note">no *.csv tables</p>'),
                 _section("plots", "Plots", _plots(study_dir) or '<p class="note">no plots</p>'),
                 _warnings(warnings)]
-    nav = [("runs", "runs"), ("curves", "curves"), ("tables", "tables"), ("plots", "plots")]
+    nav = [("summary", "summary"), ("runs", "runs"), ("curves", "curves"),
+           ("tables", "tables"), ("plots", "plots")]
     return _page(f"tripod study: {study_dir.resolve().name}",
                  f"{study_dir.resolve()} \u00b7 per-run trajectories: tripod report RUN_DIR",
                  nav, sections, None)
