@@ -142,6 +142,8 @@ class Side:
     loadavg_before: list[float] = dataclasses.field(default_factory=list)
     loadavg_after: list[float] = dataclasses.field(default_factory=list)
     peak_rss_mb: float = 0.0
+    settings: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Settings the framework resolved itself (precision, checkpointing, optimizer)."""
 
     @property
     def median_s(self) -> float:
@@ -228,6 +230,8 @@ def run_tripod(args: argparse.Namespace, cfg: TrainConfig) -> Side:
     finally:
         pool.close()
     compare(side, policy.model, before)
+    side.settings = {"optim": type(learner.optimizer).__name__, "loss_agg": cfg.algo.loss_agg,
+                     "dtype": str(next(policy.model.parameters()).dtype)}
     side.torch_threads, side.loadavg_after = torch.get_num_threads(), loadavg()
     return side
 
@@ -261,6 +265,9 @@ def trl_config(args: argparse.Namespace, out_dir: str):
 
     rows = args.prompts * args.generations
     return GRPOConfig(
+        # TRL defaults to bf16 autocast and activation checkpointing (recomputing the
+        # forward in the backward); tripod trains in fp32 without either: same arithmetic.
+        bf16=False, fp16=False, activation_checkpointing=False,
         output_dir=out_dir, use_cpu=True, report_to="none", save_strategy="no",
         logging_steps=1, disable_tqdm=True, dataloader_num_workers=0, seed=0,
         max_steps=1 + args.iterations, learning_rate=args.lr, lr_scheduler_type="constant",
@@ -295,6 +302,10 @@ def run_trl(args: argparse.Namespace) -> Side:
                               callbacks=[_step_clock(side)])
         torch.set_num_threads(args.threads)  # in case the trainer's set-up changed it
         trainer.train()
+    a = trainer.args
+    side.settings = {"bf16": a.bf16, "activation_checkpointing": a.activation_checkpointing,
+                     "optim": str(a.optim), "loss_type": a.loss_type,
+                     "dtype": str(next(trainer.model.parameters()).dtype)}
     side.losses = [float(e["loss"]) for e in trainer.state.log_history if "loss" in e]
     lengths = [e.get("completions/mean_length") for e in trainer.state.log_history
                if "loss" in e]
@@ -334,7 +345,7 @@ def _print(report: dict[str, Any]) -> None:
               f"{s['changed_tensors']}/{s['total_tensors']} (max |change| "
               f"{s['max_abs_change']:.2e}), threads {s['torch_threads']}, peak RSS "
               f"{s['peak_rss_mb']:.0f} MB, load {s['loadavg_before'][0]} -> "
-              f"{s['loadavg_after'][0]}")
+              f"{s['loadavg_after'][0]}; {s['settings']}")
     print(f"tripod / trl wall time per iteration: x{report['ratio_tripod_over_trl']:.2f}")
     print(f"memory: ru_maxrss {report['ru_maxrss_mb']:.0f} MB (whole process)")
     print("checks: " + ("ok (both losses finite, both models changed)" if not report["problems"]

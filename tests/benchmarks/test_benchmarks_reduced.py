@@ -97,6 +97,10 @@ def test_trl_grpo_reduced(monkeypatch, capsys):
         assert len(side["losses"]) == 2 and all(_finite(x) for x in side["losses"])
         assert side["changed_tensors"] > 0 and side["peak_rss_mb"] > 0
         assert side["torch_threads"] == 2
+    # The same arithmetic: TRL's own defaults (bf16 autocast, activation checkpointing)
+    # are switched off, both train fp32 weights.
+    assert trl["settings"]["bf16"] is False and trl["settings"]["activation_checkpointing"] is False
+    assert tripod["settings"]["dtype"] == trl["settings"]["dtype"] == "torch.float32"
     # The same work: 4 prompts x 2 samples x 8 tokens, every iteration, on both sides.
     assert tripod["generated_tokens"] == trl["generated_tokens"] == [64, 64]
     assert _finite(report["ratio_tripod_over_trl"]) and report["ratio_tripod_over_trl"] > 0
