@@ -135,6 +135,8 @@ class Side:
     losses: list[float] = dataclasses.field(default_factory=list)
     """The loss of every iteration (warm-up included)."""
     generated_tokens: list[int] = dataclasses.field(default_factory=list)
+    sequence_tokens: list[int] = dataclasses.field(default_factory=list)
+    """Prompt + reply tokens of every iteration's samples (the rows trained on)."""
     changed_tensors: int = 0
     total_tensors: int = 0
     max_abs_change: float = 0.0
@@ -223,8 +225,10 @@ def run_tripod(args: argparse.Namespace, cfg: TrainConfig) -> Side:
                 seconds = time.perf_counter() - start
                 if stats.get("skipped_updates"):
                     losses.sums[-1] = math.nan  # a skipped step: its loss was not finite
-                side.generated_tokens.append(sum(len(u.action_ids) for t in trajs
-                                                 for u in t.turns))
+                turns = [u for t in trajs for u in t.turns]
+                side.generated_tokens.append(sum(len(u.action_ids) for u in turns))
+                side.sequence_tokens.append(sum(len(u.prompt_ids) + len(u.action_ids)
+                                                for u in turns))
                 _record_time(side, it, seconds)
             side.losses = losses.sums
     finally:
@@ -311,6 +315,8 @@ def run_trl(args: argparse.Namespace) -> Side:
                if "loss" in e]
     side.generated_tokens = [round(n * args.prompts * args.generations) if n else 0
                              for n in lengths]
+    seen = [0] + [int(e["num_tokens"]) for e in trainer.state.log_history if "loss" in e]
+    side.sequence_tokens = [b - a for a, b in zip(seen, seen[1:])]  # TRL logs a running sum
     compare(side, trainer.accelerator.unwrap_model(trainer.model), before)
     side.torch_threads, side.loadavg_after = torch.get_num_threads(), loadavg()
     return side
@@ -340,7 +346,8 @@ def _print(report: dict[str, Any]) -> None:
     for s in report["sides"]:
         print(f"  {s['name']:>6}: {s['median_s']:.2f} s per iteration (median of "
               f"{', '.join(f'{x:.2f}' for x in s['iteration_s'])}; warm-up "
-              f"{s['warmup_s']:.2f} s), generated tokens {s['generated_tokens']}, losses "
+              f"{s['warmup_s']:.2f} s), generated tokens {s['generated_tokens']} (with "
+              f"prompts {s['sequence_tokens']}), losses "
               f"{', '.join(f'{x:.4g}' for x in s['losses'])}, changed tensors "
               f"{s['changed_tensors']}/{s['total_tensors']} (max |change| "
               f"{s['max_abs_change']:.2e}), threads {s['torch_threads']}, peak RSS "

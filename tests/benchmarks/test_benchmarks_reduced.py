@@ -103,6 +103,7 @@ def test_trl_grpo_reduced(monkeypatch, capsys):
     assert tripod["settings"]["dtype"] == trl["settings"]["dtype"] == "torch.float32"
     # The same work: 4 prompts x 2 samples x 8 tokens, every iteration, on both sides.
     assert tripod["generated_tokens"] == trl["generated_tokens"] == [64, 64]
+    assert tripod["sequence_tokens"] == trl["sequence_tokens"]  # identical prompts too
     assert _finite(report["ratio_tripod_over_trl"]) and report["ratio_tripod_over_trl"] > 0
     text = _printed("trl_grpo", report, monkeypatch, capsys)
     assert "tripod / trl wall time per iteration: x" in text and "checks: ok" in text
