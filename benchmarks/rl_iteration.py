@@ -188,6 +188,7 @@ def run_iteration(learner: Learner, engine: ArenaCountingEngine, counter: PassCo
     engine.arenas.clear()
     trajs, _ = timer.run("collect", collect, engine, cfg, it)
     rollout = _rollout_figures(engine, trajs, fm)
+    rollout["tokens_per_s"] = rollout["generated_tokens"] / timer.seconds["collect"]
     batch, _ = timer.run("batch", make_batch, trajs, cfg, learner.policy.pad_token_id)
     if batch is None:
         raise RuntimeError("no trainable episode in the iteration: nothing to time")
@@ -299,7 +300,8 @@ def _print(report: dict[str, Any]) -> None:
               + ", ".join(f"{k} {ph[k]:.2f} s" for k in PHASES))
         a = ro["arena"]
         print(f"  rollout: {ro['episodes']} episodes, {ro['turns']} turns, "
-              f"{ro['generated_tokens']} generated tokens, prefill {a['prefill_tokens']} tokens "
+              f"{ro['generated_tokens']} generated tokens ({ro['tokens_per_s']:.3g}/s), "
+              f"prefill {a['prefill_tokens']} tokens "
               f"(+{a['padded_tokens']} padding, {a['shared_tokens']} shared), "
               f"{a['decode_steps']} decode steps; prefill {ro['prefill_tflop']:.3f} TFLOP, "
               f"decode {ro['decode_tflop']:.3f}, head {ro['head_tflop']:.3f}; FLOP limit "
@@ -307,8 +309,8 @@ def _print(report: dict[str, Any]) -> None:
         print(f"  score: {sc['passes']} passes, {sc['real_tokens']} tokens, "
               f"{sc['tflop']:.3f} TFLOP, MFU {sc['mfu']:.0%}")
         print(f"  update: {r['rows']} rows, {up['agent_tokens']} agent tokens "
-              f"({up['agent_tokens_per_s']:.0f}/s), {up['real_tokens']} tokens run "
-              f"({up['real_tokens_per_s']:.0f}/s, padding {up['padding_share']:.0%} of "
+              f"({up['agent_tokens_per_s']:.3g}/s), {up['real_tokens']} tokens run "
+              f"({up['real_tokens_per_s']:.3g}/s, padding {up['padding_share']:.0%} of "
               f"positions), {up['tflop']:.3f} TFLOP, MFU {up['mfu']:.0%}, "
               f"skipped steps {up['skipped_updates']:.0f}")
     mem = report["memory"]
