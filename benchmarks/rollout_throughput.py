@@ -50,14 +50,21 @@ import dataclasses
 import json
 import os
 import platform
-import shlex
-import sys
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
+from _common import (
+    ArenaCountingEngine,
+    FlopModel,
+    command_line,
+    loadavg,
+    matmul_peak,
+    progress,
+    work_flops,
+)
 
 from tripod.core.types import EpisodeJob, Trajectory, Turn, TurnStatus
 from tripod.envs import make
@@ -65,114 +72,26 @@ from tripod.envs.base import last_line_action
 from tripod.envs.pool import EnvPool
 from tripod.policy.chat import PromptConfig, build_messages, render_prompt_ids
 from tripod.policy.models import Policy, load_policy
-from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
+from tripod.policy.rollout import RolloutConfig, make_jobs
 from tripod.policy.sampler import ArenaStats, RowState, SamplingParams
 
 SEED = 1234
 PATHS = ("engine", "serial-env", "no-reuse", "one-at-a-time", "naive")
 
 
-def _progress(msg: str) -> None:
-    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
-
-
-def _load() -> list[float]:
-    return [round(x, 2) for x in os.getloadavg()]
-
-
-# -- the machine's matmul peak -------------------------------------------------------------
-def matmul_peak() -> float:
-    """Best fp32 GFLOP/s of `torch.mm` over a few shapes (one of them the model's MLP)."""
-    best = 0.0
-    for m, k, n in ((1024, 1024, 1024), (2048, 2048, 2048), (512, 576, 1536)):
-        a, b = torch.randn(m, k), torch.randn(k, n)
-        torch.mm(a, b)
-        reps, start = 0, time.perf_counter()
-        while reps < 3 or time.perf_counter() - start < 0.5:
-            torch.mm(a, b)
-            reps += 1
-        best = max(best, 2 * m * k * n * reps / (time.perf_counter() - start) / 1e9)
-    return best
-
-
-# -- model arithmetic of a path's work -------------------------------------------------------
-@dataclasses.dataclass
-class FlopModel:
-    """Forward FLOPs of a decoder-only transformer, per token."""
-
-    linear: float
-    """Matmuls of every layer's projections and MLP, per token."""
-    attention: float
-    """Scores and weighted sum per layer, per (token, key) pair."""
-    head: float
-    """LM head, per token whose logits are needed."""
-
-    @classmethod
-    def of(cls, model: torch.nn.Module) -> FlopModel:
-        c = model.config.get_text_config()
-        hd = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-        kv = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
-        q = c.num_attention_heads * hd
-        per_layer = 2 * c.hidden_size * (2 * q + 2 * kv * hd) + 6 * c.hidden_size * c.intermediate_size
-        return cls(linear=c.num_hidden_layers * per_layer,
-                   attention=c.num_hidden_layers * 4 * q, head=2 * c.hidden_size * c.vocab_size)
-
-    def tokens(self, start: int, end: int) -> float:
-        """Running positions start..end-1 (each attends to itself and all before it)."""
-        n = end - start
-        keys = (start + 1 + end) * n / 2
-        return n * self.linear + keys * self.attention
-
-
-def work_flops(fm: FlopModel, trajs: list[Trajectory], reuse: bool) -> tuple[float, int]:
-    """(FLOPs, prefill tokens) the path's work needs.
-
-    With `reuse` every context token is run once, and a first prompt identical to one seen
-    before (another member of the same group) is not run again; without, every turn runs
-    its whole prompt. Sampled tokens but each turn's last are run while decoding; every
-    sampled token needed the LM head once.
-    """
-    flops, prefill, seen = 0.0, 0, set()
-    for t in trajs:
-        done = 0  # positions of this episode already run (reuse only)
-        for turn in t.turns:
-            end = len(turn.prompt_ids)
-            start = done if reuse else 0
-            if reuse and done == 0:
-                first = tuple(turn.prompt_ids)
-                start = end if first in seen else 0
-                seen.add(first)
-            flops += fm.tokens(start, end) + fm.tokens(end, end + len(turn.action_ids) - 1)
-            flops += len(turn.action_ids) * fm.head
-            prefill += end - start
-            done = end + len(turn.action_ids) - 1
-    return flops, prefill
-
-
 # -- the paths -------------------------------------------------------------------------------
-class _CountingEngine(RolloutEngine):
-    """Collects the sampler's arena statistics (prefill padding, shared tokens)."""
+class _CountingEngine(ArenaCountingEngine):
+    """Collects the sampler's arena statistics; `reuse=False` forgets every cache."""
 
     def __init__(self, *args: Any, reuse: bool = True, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.reuse = reuse
-        self.arenas: dict[int, Any] = {}
 
     def _sample(self, active, sampling):
         if not self.reuse:  # forget every cache: the whole context is prefilled again
             for ep in active:
                 ep.row = RowState()
-        samples = super()._sample(active, sampling)
-        arena = active[0].row.arena
-        self.arenas[id(arena)] = arena
-        return samples
-
-    def arena_stats(self) -> ArenaStats:
-        total = ArenaStats()
-        for arena in self.arenas.values():
-            for f in dataclasses.fields(ArenaStats):
-                setattr(total, f.name, getattr(total, f.name) + getattr(arena.stats, f.name))
-        return total
+        return super()._sample(active, sampling)
 
 
 class _SerialEnv:
@@ -315,17 +234,17 @@ def run_paths(policy: Policy, args: argparse.Namespace) -> dict[str, Any]:
         for p, run in runners.items():
             start = time.perf_counter()
             run(args.jobs, warm, 1)
-            _progress(f"{p}: warm-up (env start-up included) {time.perf_counter() - start:.1f} s")
+            progress(f"{p}: warm-up (env start-up included) {time.perf_counter() - start:.1f} s")
         for r in range(args.repeats):
             for p in (args.paths if r % 2 == 0 else args.paths[::-1]):
-                before, start, cpu = _load(), time.perf_counter(), time.process_time()
+                before, start, cpu = loadavg(), time.perf_counter(), time.process_time()
                 trajs, steps, arena = runners[p](args.jobs, sampling, args.max_turns)
                 seconds = time.perf_counter() - start
                 results[p].append(_summary(p, seconds, trajs, steps, arena, fm, peaks[0],
-                                           (before, _load())))
+                                           (before, loadavg())))
                 results[p][-1]["cpu_seconds"] = time.process_time() - cpu
                 actions.setdefault(p, [[u.action_ids for u in t.turns] for t in trajs])
-                _progress(f"{p} (round {r + 1}): {seconds:.1f} s, load {before[0]}")
+                progress(f"{p} (round {r + 1}): {seconds:.1f} s, load {before[0]}")
     finally:
         for run in runners.values():
             run.close()
@@ -428,8 +347,8 @@ def _args() -> argparse.Namespace:
 def main() -> None:
     args = _args()
     torch.set_num_threads(args.threads)
-    command = " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
-    load_before = _load()
+    command = command_line()
+    load_before = loadavg()
     games = list(range(args.episodes // args.group_size))
     if args.env.startswith("textworld/"):
         from tripod.envs.textworld import prepare_games
@@ -449,7 +368,7 @@ def main() -> None:
             "torch": torch.__version__, "python": platform.python_version(),
             "dtype": str(next(policy.model.parameters()).dtype).removeprefix("torch."),
             "matmul_peak_gflops": measured["matmul_peak_gflops"],
-            "loadavg_before": load_before, "loadavg_after": _load(),
+            "loadavg_before": load_before, "loadavg_after": loadavg(),
         },
         "runs": measured["runs"],
         "engine_paths_same_actions": measured["engine_paths_same_actions"],

@@ -1,0 +1,110 @@
+"""The RL-iteration and TRL benchmarks run end to end in reduced form (no timing asserted).
+
+Each script runs as a subprocess (`--tiny --json`); the tests check that every printed
+figure is present and finite, and what the figures rest on: the counters see the work the
+learner really does (the LM head only on agent tokens, no reference pass without a KL term,
+backward = 2x forward with full weights and 1x with LoRA), and the TRL comparison did the
+same work on both sides and changed both models. The text report of each is checked by
+printing a measured report through the script's own printer.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
+
+
+def _run(script: str, *args: str) -> dict:
+    out = subprocess.run([sys.executable, str(BENCHMARKS / script), "--tiny", "--json", *args],
+                         env=os.environ, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout)  # stdout holds the report alone (logs go to stderr)
+
+
+def _finite(x) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x)
+
+
+def _printed(module: str, report: dict, monkeypatch, capsys) -> str:
+    """The script's text report of `report` (the module imported without side effects)."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    importlib.import_module(module)._print(report)
+    return capsys.readouterr().out
+
+
+def _check_rl_run(run: dict) -> None:
+    assert set(run["phases_s"]) == {"collect", "batch", "score", "advantage", "update"}
+    assert all(_finite(s) and s >= 0 for s in run["phases_s"].values())
+    assert run["loadavg_before"] and _finite(run["cpu_seconds"])
+    rollout, up = run["rollout"], run["update"]
+    assert rollout["episodes"] == 16 and rollout["generated_tokens"] > 0  # 4 games x 4
+    assert rollout["arena"]["shared_tokens"] > 0  # group members shared their first prompt
+    assert rollout["prefill_tflop"] > 0 and _finite(rollout["efficiency"])
+    assert up["agent_tokens"] > 0 and up["real_tokens"] >= up["agent_tokens"]
+    assert up["head_tokens"] == up["agent_tokens"]  # the LM head only on agent tokens
+    assert up["tflop"] > 0 and _finite(up["mfu"]) and up["mfu"] > 0
+    assert _finite(up["agent_tokens_per_s"]) and _finite(up["real_tokens_per_s"])
+    assert up["skipped_updates"] == 0
+
+
+@pytest.mark.slow
+def test_rl_iteration_reduced(monkeypatch, capsys):
+    plain = _run("rl_iteration.py")
+    (run,) = plain["runs"]
+    _check_rl_run(run)
+    assert run["score"]["passes"] == 0  # kl_coef = 0 and no critic: no scoring pass at all
+    mem = plain["memory"]
+    assert mem["ru_maxrss_mb"] > 0 and mem["phase_peaks_mb"]["update"] > 0
+    assert all(p > 0 for p in plain["machine"]["matmul_peak_gflops"])
+
+    # With a KL term the reference pass runs on the same rows, forward only: the update
+    # (forward + backward over the same real tokens) costs 3x it with all weights trained,
+    # 2x with LoRA (no weight gradients in the frozen layers).
+    for extra, factor in (([], 3), (["--lora"], 2)):
+        (run,) = _run("rl_iteration.py", *extra, "algo.kl_coef=0.05")["runs"]
+        _check_rl_run(run)
+        sc, up = run["score"], run["update"]
+        assert sc["passes"] == 4 and sc["head_tokens"] == up["agent_tokens"]
+        assert sc["real_tokens"] == up["real_tokens"]
+        assert up["tflop"] == pytest.approx(factor * sc["tflop"], rel=1e-9)
+
+    text = _printed("rl_iteration", plain, monkeypatch, capsys)
+    for label in ("matmul peak", "loadavg", "iteration 0:", "collect", "update", "MFU",
+                  "efficiency", "ru_maxrss"):
+        assert label in text
+    assert not re.search(r"\bnan\b|\binf\b", text)
+
+
+@pytest.mark.slow
+def test_trl_grpo_reduced(monkeypatch, capsys):
+    pytest.importorskip("trl", reason="the TRL comparison needs trl: pip install -e '.[bench]'")
+    report = _run("trl_grpo.py")
+    assert report["problems"] == []
+    tripod, trl = report["sides"]
+    assert (tripod["name"], trl["name"]) == ("tripod", "trl")
+    for side in (tripod, trl):
+        assert len(side["iteration_s"]) == 1 and _finite(side["iteration_s"][0])
+        assert len(side["losses"]) == 2 and all(_finite(x) for x in side["losses"])
+        assert side["changed_tensors"] > 0 and side["peak_rss_mb"] > 0
+        assert side["torch_threads"] == 2
+    # The same arithmetic: TRL's own defaults (bf16 autocast, activation checkpointing)
+    # are switched off, both train fp32 weights.
+    assert trl["settings"]["bf16"] is False and trl["settings"]["activation_checkpointing"] is False
+    assert tripod["settings"]["dtype"] == trl["settings"]["dtype"] == "torch.float32"
+    # The same work: 4 prompts x 2 samples x 8 tokens, every iteration, on both sides.
+    assert tripod["generated_tokens"] == trl["generated_tokens"] == [64, 64]
+    assert tripod["sequence_tokens"] == trl["sequence_tokens"]  # identical prompts too
+    assert _finite(report["ratio_tripod_over_trl"]) and report["ratio_tripod_over_trl"] > 0
+    text = _printed("trl_grpo", report, monkeypatch, capsys)
+    assert "tripod / trl wall time per iteration: x" in text and "checks: ok" in text
+    assert not re.search(r"\bnan\b|\binf\b", text)
