@@ -9,12 +9,11 @@ is not applied (the optimizer step is skipped, the reason counted and returned);
 `MAX_CONSECUTIVE_SKIPS` skipped steps in a row the run stops with `TrainingStopped`, naming
 the likely cause, instead of training on garbage (issue 12).
 
-Data parallelism: the update is written so that a torch.distributed (DDP / FSDP2) learner
-can wrap it without touching the loop. Every rank computes the same minibatch order and the
-normaliser of the WHOLE minibatch; `Learner.micro_batches` is where a rank would keep its
-share of the micro-batches, `Learner.reduce_gradients` where it would all-reduce (SUM: each
-micro-loss is already divided by the whole minibatch's normaliser) the accumulated
-gradients, and `Learner.agree` where the ranks would agree to skip a step when any of them
+Data parallelism (`tripod.train.distributed`, launched with torchrun): every rank computes
+the same minibatch order and the normaliser of the WHOLE minibatch; `Learner.micro_batches`
+keeps this rank's share of the micro-batches, `Learner.reduce_gradients` sums the
+accumulated gradients over ranks (SUM: each micro-loss is already divided by the whole
+minibatch's normaliser), and `Learner.agree` makes every rank skip a step when any of them
 saw a non-finite value. On one process they are the identity.
 """
 
@@ -41,6 +40,7 @@ from tripod.policy.models import Policy, load_policy
 from tripod.train.batch import TrainBatch, token_logprobs
 from tripod.train.common import chunks
 from tripod.train.critic import Critic
+from tripod.train.distributed import Parallel, full_state_dict, shard_model
 
 MAX_CONSECUTIVE_SKIPS = 5
 """Skipped optimizer steps in a row (across iterations) after which the run stops: one
@@ -77,6 +77,11 @@ class Learner:
     """Optimizer steps skipped since the run started (any reason)."""
     consecutive_skips: int = 0
     """Optimizer steps skipped in a row, up to now."""
+    parallel: Parallel = field(default_factory=Parallel)
+    """This process's data-parallel rank (rank 0 of 1 without torchrun)."""
+    rollout_policy: Policy | None = None
+    """With FSDP: an un-sharded copy of the policy that plays the rollouts (refreshed after
+    every update by `sync_rollout_policy`); None: the policy itself plays them."""
 
     def __post_init__(self) -> None:
         algo = self.cfg.algo
@@ -114,17 +119,36 @@ class Learner:
         self.consecutive_skips = state.get("consecutive_skips", 0)
 
     # -- the data-parallel seams (identity on one process) ---------------------------------
-    def micro_batches(self, mb: TrainBatch) -> list[TrainBatch]:
-        """The micro-batches of a minibatch this process computes (all of them here)."""
+    def micro_batches(self, mb: TrainBatch) -> list[tuple[TrainBatch, float]]:
+        """The micro-batches of a minibatch this process computes, with their loss weights
+        (all of them, weight 1, on one process; see `Parallel.micro_share`)."""
         rows = list(range(mb.num_rows))
-        return [mb.select(r) for r in chunks(rows, self.cfg.algo.micro_batch_size)]
+        micros = [mb.select(r) for r in chunks(rows, self.cfg.algo.micro_batch_size)]
+        return self.parallel.micro_share(micros)
 
     def reduce_gradients(self) -> None:
-        """Combine the accumulated gradients of all processes (nothing to do on one)."""
+        """Sum the accumulated gradients over processes (nothing to do on one)."""
+        self.parallel.reduce_gradients(self._trained_params())
 
     def agree(self, reason: str | None) -> str | None:
         """The skip decision every process takes (a step is skipped if any process skips)."""
-        return reason
+        return self.parallel.agree(reason)
+
+    def _trained_params(self) -> list[torch.nn.Parameter]:
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        if self.critic_optimizer is not None:
+            params += [p for g in self.critic_optimizer.param_groups for p in g["params"]]
+        return params
+
+    @property
+    def actor(self) -> Policy:
+        """The policy that plays rollouts (the un-sharded copy under FSDP)."""
+        return self.rollout_policy or self.policy
+
+    def sync_rollout_policy(self) -> None:
+        """Copy the sharded policy's new weights into the rollout copy (FSDP; a collective)."""
+        if self.rollout_policy is not None:
+            self.rollout_policy.model.load_state_dict(full_state_dict(self.policy.model))
 
     # -- one optimizer step ----------------------------------------------------------------
     def zero_grad(self) -> None:
@@ -135,7 +159,7 @@ class Learner:
     def clip_and_step(self) -> tuple[float, str | None]:
         """Clip, then step unless the gradient norm is not finite: (norm, skip reason)."""
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.algo.grad_clip)
+        grad_norm = self.parallel.clip_grad_norm(params, self.cfg.algo.grad_clip)
         reason = self.agree(None if torch.isfinite(grad_norm) else "gradient")
         if reason is not None:
             return float(grad_norm), reason
@@ -146,8 +170,10 @@ class Learner:
         return float(grad_norm), None
 
 
-def build_learner(cfg: TrainConfig, policy: Policy | None = None) -> Learner:
-    """Load the policy (wrapping it with LoRA if asked), the critic and the reference."""
+def build_learner(cfg: TrainConfig, policy: Policy | None = None,
+                  parallel: Parallel | None = None) -> Learner:
+    """Load the policy (wrapping it with LoRA if asked), the critic and the reference; with
+    `parallel` (torchrun), every rank starts from rank 0's weights, sharded under FSDP."""
     policy = policy or load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
     if cfg.model.lora.enabled and not hasattr(policy.model, "disable_adapter"):
         from peft import LoraConfig, get_peft_model
@@ -156,12 +182,31 @@ def build_learner(cfg: TrainConfig, policy: Policy | None = None) -> Learner:
         policy.model = get_peft_model(policy.model, LoraConfig(
             r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
             target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+    if parallel is not None:
+        parallel.broadcast_module(policy.model)
     spec = get_estimator(cfg.algo.estimator)
     critic = Critic(policy.model, cfg.algo.critic) if spec.needs_critic else None
     ref = None
     if cfg.algo.kl_coef > 0 and not hasattr(policy.model, "disable_adapter"):
         ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
-    return Learner(policy, cfg, critic, ref)
+    if parallel is None or not parallel.fsdp:
+        return Learner(policy, cfg, critic, ref, parallel=parallel or Parallel())
+    return _sharded_learner(policy, cfg, critic, ref, parallel)
+
+
+def _sharded_learner(policy: Policy, cfg: TrainConfig, critic: Critic | None,
+                     ref: torch.nn.Module | None, parallel: Parallel) -> Learner:
+    """FSDP2: the policy (and reference) sharded layer by layer, an un-sharded copy for
+    rollouts. Critics and LoRA are not sharded yet (docs/scale.md), so they are refused."""
+    if critic is not None or cfg.model.lora.enabled:
+        raise ValueError("cluster.fsdp supports critic-free estimators with full fine-tuning "
+                         "(no algo critic, no model.lora) for now; use DDP (cluster.fsdp=false)")
+    actor = Policy(copy.deepcopy(policy.model).eval().requires_grad_(False),
+                   policy.tokenizer, policy.name, policy.eos_token_ids)
+    policy.model = shard_model(policy.model)
+    if ref is not None:
+        ref = shard_model(ref)
+    return Learner(policy, cfg, critic, ref, parallel=parallel, rollout_policy=actor)
 
 
 # -- score: the no-gradient passes before the advantages ------------------------------------
@@ -277,14 +322,17 @@ def minibatch_step(learner: Learner, mb: TrainBatch) -> tuple[dict[str, list[flo
     learner.zero_grad()
     stats: dict[str, list[float]] = {}
     reason = None
-    for micro in learner.micro_batches(mb):
+    for micro, weight in learner.micro_batches(mb):
         out = micro_loss(learner, micro, norm)
         if out.problem is not None:
-            reason = out.problem
-            break
-        (out.loss + (out.critic_loss if out.critic_loss is not None else 0.0)).backward()
+            reason = reason or out.problem
+            if not learner.parallel.fsdp:  # FSDP ranks must run every pass (lockstep)
+                break
+        (weight * (out.loss + (out.critic_loss if out.critic_loss is not None else 0.0))
+         ).backward()
         for k, v in out.stats.items():
-            stats.setdefault(k, []).append(v)
+            if weight:
+                stats.setdefault(k, []).append(v)
     reason = learner.agree(reason)
     if reason is None:
         learner.reduce_gradients()
@@ -315,6 +363,7 @@ def update(learner: Learner, batch: TrainBatch, iteration: int) -> dict[str, flo
                 _count_skip(learner, reason, skipped)
     finally:
         learner.policy.model.eval()
+    sums = learner.parallel.mean_stats(sums)
     out = {k: sum(v) / len(v) for k, v in sums.items()}
     out.update({f"skipped_{k}": float(v) for k, v in skipped.items()})
     out["skipped_updates"] = float(sum(skipped.values()))
