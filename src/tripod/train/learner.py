@@ -20,6 +20,7 @@ saw a non-finite value. On one process they are the identity.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -123,7 +124,8 @@ class Learner:
         """The micro-batches of a minibatch this process computes, with their loss weights
         (all of them, weight 1, on one process; see `Parallel.micro_share`)."""
         rows = list(range(mb.num_rows))
-        micros = [mb.select(r) for r in chunks(rows, self.cfg.algo.micro_batch_size)]
+        micros = [on_device(mb.select(r), self.policy.device)
+                  for r in chunks(rows, self.cfg.algo.micro_batch_size)]
         return self.parallel.micro_share(micros)
 
     def reduce_gradients(self) -> None:
@@ -217,14 +219,15 @@ def score(learner: Learner, batch: TrainBatch) -> TrainBatch:
     size = algo.micro_batch_size
     with torch.no_grad():
         if algo.kl_coef > 0:
-            batch.ref_logprobs = _per_micro(batch, size, lambda mb: reference_logprobs(
-                learner, mb))
+            batch.ref_logprobs = _per_micro(batch, size, learner.policy.device,
+                                            lambda mb: reference_logprobs(learner, mb))
             if algo.kl_in == "reward":
                 batch.kl_rewards = add_kl_to_rewards(
                     batch.token_rewards, batch.old_logprobs, batch.ref_logprobs,
                     batch.loss_mask, algo.kl_coef, algo.kl_kind)
         if learner.critic is not None:
-            batch.old_values = _per_micro(batch, size, lambda mb: _values(learner, mb))
+            batch.old_values = _per_micro(batch, size, learner.policy.device,
+                                          lambda mb: _values(learner, mb))
     return batch
 
 
@@ -240,11 +243,24 @@ def reference_logprobs(learner: Learner, mb: TrainBatch) -> Tensor:
                               temperature, mb.loss_mask)[0]
 
 
-def _per_micro(batch: TrainBatch, size: int, fn: Callable[[TrainBatch], Tensor]) -> Tensor:
-    """Apply `fn` to micro-batches (trimmed of shared padding); re-pad to [B, T] and stack."""
+def _per_micro(batch: TrainBatch, size: int, device: torch.device,
+               fn: Callable[[TrainBatch], Tensor]) -> Tensor:
+    """Apply `fn` to micro-batches (trimmed of shared padding, on the model's device);
+    re-pad to [B, T] and stack (on the batch's device)."""
     t = batch.input_ids.shape[1]
-    outs = [fn(batch.select(idx)) for idx in chunks(list(range(batch.num_rows)), size)]
+    outs = [fn(on_device(batch.select(idx), device)).to(batch.input_ids.device)
+            for idx in chunks(list(range(batch.num_rows)), size)]
     return torch.cat([torch.nn.functional.pad(o, (0, t - o.shape[1])) for o in outs])
+
+
+def on_device(mb: TrainBatch, device: torch.device) -> TrainBatch:
+    """The micro-batch on the model's device (batches are collated on the CPU; on CUDA each
+    micro-batch moves when it is computed, so a whole batch never has to fit the device)."""
+    if mb.input_ids.device == device:
+        return mb
+    return dataclasses.replace(mb, **{f.name: getattr(mb, f.name).to(device)
+                                      for f in dataclasses.fields(mb)
+                                      if getattr(mb, f.name) is not None})
 
 
 def _values(learner: Learner, mb: TrainBatch, hidden: Tensor | None = None) -> Tensor:
