@@ -27,6 +27,7 @@ from tripod.algos.advantages import AdvantageInput, get_estimator
 from tripod.core.config import AlgoSection, TrainConfig
 from tripod.core.types import EpisodeEnd, Trajectory
 from tripod.envs.pool import EnvPool
+from tripod.envs.ray_pool import open_pool
 from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
 from tripod.policy.rollout import RolloutEngine, make_jobs
@@ -234,7 +235,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     run_dir = prepare_run_dir(cfg) if parallel.is_main else cfg.run_dir
     learner, start_iter = _start(cfg, policy, resume, parallel)
     own_pool = pool is None
-    pool = pool or EnvPool()
+    pool = pool or open_pool(cfg.cluster)
     engine = RolloutEngine(learner.actor, rollout_config(cfg), pool=pool)
     eval_engine = RolloutEngine(learner.actor, rollout_config(cfg), pool=pool)
     logger = (MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
