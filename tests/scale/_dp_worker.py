@@ -13,7 +13,7 @@ from tripod.core.config import load_config
 from tripod.policy import load_policy
 from tripod.policy.rollout import RolloutEngine
 from tripod.train.common import rollout_config, seed_everything
-from tripod.train.distributed import init_parallel, shutdown_parallel
+from tripod.train.distributed import full_state_dict, init_parallel, shutdown_parallel
 from tripod.train.learner import build_learner
 from tripod.train.rl import rl_iteration
 
@@ -39,10 +39,16 @@ def run(out: Path, overrides: list[str]) -> dict[str, float]:
     # SGD: the weight change is the summed gradient itself (Adam would turn float noise on
     # near-zero gradients into lr-sized steps, hiding what is compared).
     learner.optimizer = torch.optim.SGD(learner.policy.model.parameters(), lr=0.5)
+    if learner.critic_optimizer is not None:
+        learner.critic_optimizer = torch.optim.SGD(learner.critic.parameters(), lr=0.5)
     engine = RolloutEngine(learner.actor, rollout_config(cfg))
     metrics = rl_iteration(learner, engine, 0)
     engine.close()
     weights = {k: v.detach().clone() for k, v in learner.actor.model.state_dict().items()}
+    if learner.critic is not None:
+        critic = (full_state_dict(learner.critic) if parallel.fsdp
+                  else learner.critic.state_dict())
+        weights.update({f"critic.{k}": v.detach().clone() for k, v in critic.items()})
     torch.save({"weights": weights, "metrics": metrics},
                out / f"weights_rank{parallel.rank}.pt")
     shutdown_parallel(parallel)

@@ -32,23 +32,27 @@ def _load(path: Path) -> dict:
     return torch.load(path, weights_only=False)
 
 
-@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp2"])
-def test_two_processes_equal_one(tmp_path, fsdp):
-    """Same global batch: the same losses and weights on 1 process and on each of 2."""
-    flag = f"cluster.fsdp={str(fsdp).lower()}"
+@pytest.mark.parametrize("fsdp, estimator", [(False, "grpo"), (True, "grpo"), (True, "gae")],
+                         ids=["ddp", "fsdp2", "fsdp2-critic"])
+def test_two_processes_equal_one(tmp_path, fsdp, estimator):
+    """Same global batch: the same losses and weights (policy and critic) on 1 process and
+    on each of 2."""
+    flags = [f"cluster.fsdp={str(fsdp).lower()}", f"algo.estimator={estimator}"]
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()
-    _dp_worker.run(one, [flag])
-    _torchrun(two, flag)
+    _dp_worker.run(one, flags)
+    _torchrun(two, *flags)
     ref = _load(one / "weights_rank0.pt")
     start = _dp_worker.load_policy("tiny", seed=1).model.state_dict()
     moved = max(float((ref["weights"][k] - start[k]).abs().max()) for k in start)
     assert moved > 1e-4  # the update did something
+    assert any(k.startswith("critic.") for k in ref["weights"]) == (estimator == "gae")
     for rank in (0, 1):
         got = _load(two / f"weights_rank{rank}.pt")
         for k, w in ref["weights"].items():
             torch.testing.assert_close(got["weights"][k], w, rtol=1e-4, atol=1e-6, msg=k)
-        for k in ("ratio_mean", "entropy", "kl", "grad_norm", "success_rate", "episodes"):
+        keys = ("ratio_mean", "entropy", "kl", "grad_norm", "success_rate", "episodes")
+        for k in keys + (("value_loss",) if estimator == "gae" else ()):
             assert got["metrics"][k] == pytest.approx(ref["metrics"][k], rel=1e-4, abs=1e-6), k
 
 

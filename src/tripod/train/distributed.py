@@ -24,8 +24,9 @@ averages (we need the sum), needs every rank to run the same number of backward 
 model). One bucketed all-reduce per optimizer step costs the same bytes; what it gives up
 is overlapping communication with the backward pass.
 
-FSDP2 (`cluster.fsdp: true`): each decoder layer and the root are `fully_shard`ed, so
-parameters, gradients and optimizer state are split across ranks. Its forward and backward
+FSDP2 (`cluster.fsdp: true`): each decoder layer (of the policy, the reference and a
+copied critic) is `fully_shard`ed, so those parameters, gradients and optimizer states are
+split across ranks. Its forward and backward
 passes communicate, so all ranks must run the same number of them: `lockstep` pads a
 rank's share of micro-batches with zero-weight copies and a non-finite micro-batch does not
 end the accumulation early. FSDP already reduce-scatters gradients, summed here by setting
@@ -222,13 +223,12 @@ def shutdown_parallel(parallel: Parallel) -> None:
         dist.destroy_process_group()
 
 
-def shard_model(model: torch.nn.Module) -> torch.nn.Module:
-    """FSDP2: shard each decoder layer (in place); the rest stays replicated."""
+def shard_layers(decoder: torch.nn.Module) -> None:
+    """FSDP2: shard each layer of a decoder stack (in place); the rest stays replicated."""
     from torch.distributed.fsdp import fully_shard
 
-    for layer in model.get_decoder().layers:
+    for layer in decoder.layers:
         fully_shard(layer)
-    return model
 
 
 def full_state_dict(model: torch.nn.Module) -> dict[str, torch.Tensor]:

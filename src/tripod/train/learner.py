@@ -41,7 +41,7 @@ from tripod.policy.models import Policy, load_policy
 from tripod.train.batch import TrainBatch, token_logprobs
 from tripod.train.common import chunks
 from tripod.train.critic import Critic
-from tripod.train.distributed import Parallel, full_state_dict, shard_model
+from tripod.train.distributed import Parallel, full_state_dict, shard_layers
 
 MAX_CONSECUTIVE_SKIPS = 5
 """Skipped optimizer steps in a row (across iterations) after which the run stops: one
@@ -167,7 +167,7 @@ class Learner:
             return float(grad_norm), reason
         self.optimizer.step()
         if self.critic_optimizer is not None:
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.algo.grad_clip)
+            self.parallel.clip_grad_norm(list(self.critic.parameters()), self.cfg.algo.grad_clip)
             self.critic_optimizer.step()
         return float(grad_norm), None
 
@@ -198,16 +198,18 @@ def build_learner(cfg: TrainConfig, policy: Policy | None = None,
 
 def _sharded_learner(policy: Policy, cfg: TrainConfig, critic: Critic | None,
                      ref: torch.nn.Module | None, parallel: Parallel) -> Learner:
-    """FSDP2: the policy (and reference) sharded layer by layer, an un-sharded copy for
-    rollouts. Critics and LoRA are not sharded yet (docs/scale.md), so they are refused."""
-    if critic is not None or cfg.model.lora.enabled:
-        raise ValueError("cluster.fsdp supports critic-free estimators with full fine-tuning "
-                         "(no algo critic, no model.lora) for now; use DDP (cluster.fsdp=false)")
+    """FSDP2: the policy, reference and copied critic sharded layer by layer, an un-sharded
+    copy of the policy for rollouts. LoRA is not sharded yet (docs/scale.md): refused."""
+    if cfg.model.lora.enabled:
+        raise ValueError("cluster.fsdp does not support model.lora yet; LoRA models usually "
+                         "fit one device: use DDP (cluster.fsdp=false)")
     actor = Policy(copy.deepcopy(policy.model).eval().requires_grad_(False),
                    policy.tokenizer, policy.name, policy.eos_token_ids)
-    policy.model = shard_model(policy.model)
+    shard_layers(policy.model.get_decoder())
     if ref is not None:
-        ref = shard_model(ref)
+        shard_layers(ref.get_decoder())
+    if critic is not None and critic.backbone is not None:
+        shard_layers(critic.backbone)
     return Learner(policy, cfg, critic, ref, parallel=parallel, rollout_policy=actor)
 
 
