@@ -15,7 +15,7 @@ from tripod.policy.rollout import RolloutEngine
 from tripod.train.common import rollout_config, seed_everything
 from tripod.train.distributed import full_state_dict, init_parallel, shutdown_parallel
 from tripod.train.learner import build_learner
-from tripod.train.rl import rl_iteration
+from tripod.train.rl import rl_iteration, train_rl
 
 RECIPE = ["model.name=tiny", "env.id=toy/letters-2", "env.max_turns=2",
           "env.options={vocabulary: 4}", "rollout.games_per_iter=3", "rollout.group_size=2",
@@ -55,6 +55,15 @@ def run(out: Path, overrides: list[str]) -> dict[str, float]:
     return metrics
 
 
+def loop(out: Path, overrides: list[str]) -> list[dict]:
+    """`train_rl` itself (AdamW, logging, checkpoints) for the recipe's iterations."""
+    cfg = load_config(overrides=RECIPE + [f"run.out_dir={out}", *overrides])
+    return train_rl(cfg, load_policy("tiny", seed=1), quiet=True).history
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
-    run(Path(sys.argv[1]), sys.argv[2:])
+    if sys.argv[1] == "--loop":
+        loop(Path(sys.argv[2]), sys.argv[3:])
+    else:
+        run(Path(sys.argv[1]), sys.argv[2:])

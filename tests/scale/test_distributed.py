@@ -3,6 +3,7 @@ global batch, with DDP-style all-reduce and with FSDP2 shards."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -18,12 +19,12 @@ from . import _dp_worker
 WORKER = Path(_dp_worker.__file__)
 
 
-def _torchrun(out: Path, *overrides: str) -> None:
+def _torchrun(*args: str | Path) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1")
     src = str(Path(__file__).parents[2] / "src")
     env["PYTHONPATH"] = os.pathsep.join([src, str(WORKER.parents[2]), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node",
-           "2", str(WORKER), str(out), *overrides]
+           "2", str(WORKER), *map(str, args)]
     done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-4000:]
 
@@ -54,6 +55,21 @@ def test_two_processes_equal_one(tmp_path, fsdp, estimator):
         keys = ("ratio_mean", "entropy", "kl", "grad_norm", "success_rate", "episodes")
         for k in keys + (("value_loss",) if estimator == "gae" else ()):
             assert got["metrics"][k] == pytest.approx(ref["metrics"][k], rel=1e-4, abs=1e-6), k
+
+
+def test_train_rl_under_torchrun_logs_and_saves_once(tmp_path):
+    """The whole loop on 2 ranks: rank 0 alone logs and saves; the first iteration (before
+    any update changes the sampling) has the one-process run's episodes and rewards."""
+    flags = ["train.iterations=2", "algo.lr=1e-3", "run.name=dp"]
+    history = _dp_worker.loop(tmp_path / "one", flags)
+    _torchrun("--loop", tmp_path / "two", *flags)
+    run_dir = tmp_path / "two" / "dp"
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert len(lines) == 2  # one writer
+    assert (run_dir / "checkpoints" / "iter_000002" / "config.json").is_file()
+    first = json.loads(lines[0])
+    for k in ("episodes", "success_rate", "return", "episode_length"):
+        assert first[k] == pytest.approx(history[0][k]), k
 
 
 def test_one_process_seams_are_the_identity():
