@@ -246,8 +246,12 @@ class ClusterSection(_Section):
     one at a time, so this is how many env steps run at once."""
     fsdp: bool = False
     """Under torchrun: shard the decoder layers with FSDP2 instead of replicating the whole
-    model on every rank (DDP-style). For models that do not fit one device; critic-free
-    estimators with full fine-tuning only, for now."""
+    model on every rank (DDP-style). For models that do not fit one device; not with LoRA
+    yet."""
+    overlap: bool = False
+    """Collect iteration k+1 (in a thread, with a copy of the policy one update behind)
+    while iteration k trains; the PPO ratio uses the recorded behaviour logprobs, the
+    staleness (0 or 1 update) is logged. One process only, for now."""
 
 
 class TrainConfig(_Section):

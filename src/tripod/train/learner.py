@@ -81,8 +81,9 @@ class Learner:
     parallel: Parallel = field(default_factory=Parallel)
     """This process's data-parallel rank (rank 0 of 1 without torchrun)."""
     rollout_policy: Policy | None = None
-    """With FSDP: an un-sharded copy of the policy that plays the rollouts (refreshed after
-    every update by `sync_rollout_policy`); None: the policy itself plays them."""
+    """A copy of the policy that plays the rollouts, refreshed by `sync_rollout_policy`
+    (FSDP: un-sharded, after every update; overlapped rollouts: when a collection starts);
+    None: the policy itself plays them."""
 
     def __post_init__(self) -> None:
         algo = self.cfg.algo
@@ -144,13 +145,30 @@ class Learner:
 
     @property
     def actor(self) -> Policy:
-        """The policy that plays rollouts (the un-sharded copy under FSDP)."""
+        """The policy that plays rollouts (its copy, when there is one)."""
         return self.rollout_policy or self.policy
 
+    @property
+    def latest(self) -> Policy:
+        """A whole model with the latest weights (to evaluate and save): the policy, or under
+        FSDP its un-sharded copy (synced after every update)."""
+        return self.actor if self.parallel.fsdp else self.policy
+
+    def add_rollout_copy(self) -> None:
+        """Give rollouts their own copy of the policy (so they can run while it trains)."""
+        if self.rollout_policy is None:
+            p = self.policy
+            self.rollout_policy = Policy(copy.deepcopy(p.model).eval().requires_grad_(False),
+                                         p.tokenizer, p.name, p.eos_token_ids)
+
     def sync_rollout_policy(self) -> None:
-        """Copy the sharded policy's new weights into the rollout copy (FSDP; a collective)."""
-        if self.rollout_policy is not None:
-            self.rollout_policy.model.load_state_dict(full_state_dict(self.policy.model))
+        """Copy the policy's current weights into the rollout copy (if there is one; under
+        FSDP a collective that gathers the shards)."""
+        if self.rollout_policy is None:
+            return
+        state = (full_state_dict(self.policy.model) if self.parallel.fsdp
+                 else self.policy.model.state_dict())
+        self.rollout_policy.model.load_state_dict(state)
 
     # -- one optimizer step ----------------------------------------------------------------
     def zero_grad(self) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -158,10 +160,13 @@ def rollout_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict[str, floa
 
 
 # -- one iteration ---------------------------------------------------------------------------
-def rl_iteration(learner: Learner, engine: RolloutEngine, it: int) -> dict[str, float]:
-    """collect -> score -> advantage -> update, with the iteration's metrics."""
+def rl_iteration(learner: Learner, engine: RolloutEngine, it: int,
+                 collected: tuple[list[Trajectory], dict[str, float]] | None = None,
+                 ) -> dict[str, float]:
+    """collect -> score -> advantage -> update, with the iteration's metrics. `collected`:
+    the iteration's episodes, already played (overlapped rollouts)."""
     cfg, t0 = learner.cfg, time.perf_counter()
-    trajs, metrics = collect(engine, cfg, it, learner.parallel)               # collect
+    trajs, metrics = collected or collect(engine, cfg, it, learner.parallel)  # collect
     metrics.update(rollout_metrics(trajs, cfg))
     stop_if_nothing_ran(trajs, it)
     batch, dropped = make_batch(trajs, cfg, learner.policy.pad_token_id)
@@ -170,7 +175,8 @@ def rl_iteration(learner: Learner, engine: RolloutEngine, it: int) -> dict[str, 
         batch = score(learner, batch)                                         # score
         metrics.update(advantage(batch, cfg.algo))                            # advantage
         metrics.update(update(learner, batch, it))                            # update
-        learner.sync_rollout_policy()
+        if collected is None:  # overlapped: synced when the next collection starts
+            learner.sync_rollout_policy()
         metrics["zero_variance_groups"] = zero_variance_fraction(batch)
     if learner.parallel.is_main:
         save_trajectories(learner, trajs, batch, it)                          # record
@@ -193,7 +199,7 @@ def save_trajectories(learner: Learner, trajs: list[Trajectory], batch: TrainBat
 
 def validate(learner: Learner, engine: RolloutEngine) -> dict[str, float]:
     cfg = learner.cfg
-    res, _ = evaluate(learner.actor, cfg.env.id, "valid", cfg.train.eval_games,
+    res, _ = evaluate(learner.latest, cfg.env.id, "valid", cfg.train.eval_games,
                       sampling_params(cfg.rollout.eval), rollout_config(cfg),
                       seed=cfg.run.seed, engine=engine)
     return {"valid_success_rate": res.success_rate}
@@ -230,14 +236,18 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     its envs. Launched by torchrun, every rank runs this loop (data-parallel); rank 0
     alone evaluates, logs and saves."""
     parallel, cfg = _join(cfg)
+    if cfg.cluster.overlap and parallel.enabled:
+        raise ValueError("cluster.overlap runs in one process for now (not under torchrun)")
     quiet = quiet or not parallel.is_main
     seed_everything(cfg.run.seed)
     run_dir = prepare_run_dir(cfg) if parallel.is_main else cfg.run_dir
     learner, start_iter = _start(cfg, policy, resume, parallel)
     own_pool = pool is None
     pool = pool or open_pool(cfg.cluster)
+    if cfg.cluster.overlap:
+        learner.add_rollout_copy()
     engine = RolloutEngine(learner.actor, rollout_config(cfg), pool=pool)
-    eval_engine = RolloutEngine(learner.actor, rollout_config(cfg), pool=pool)
+    eval_engine = RolloutEngine(learner.latest, rollout_config(cfg), pool=pool)
     logger = (MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
               if parallel.is_main else None)
     history: list[dict] = []
@@ -246,8 +256,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     task = bar.add_task("iterating", total=cfg.train.iterations, completed=start_iter)
     bar.start()
     try:
-        for it in range(start_iter, cfg.train.iterations):
-            metrics = rl_iteration(learner, engine, it)              # collect .. update
+        for it, metrics in iterations(learner, engine, start_iter, cfg.train.iterations):
             evaluating = cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0
             if evaluating and parallel.is_main:
                 metrics.update(validate(learner, eval_engine))       # evaluate
@@ -267,7 +276,40 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     if ckpt is None or saved_at != cfg.train.iterations:
         ckpt = _save(learner, run_dir, cfg.train.iterations)
     shutdown_parallel(parallel)
-    return RLResult(run_dir, cfg.train.iterations, history, ckpt, learner.actor)
+    return RLResult(run_dir, cfg.train.iterations, history, ckpt, learner.latest)
+
+
+def iterations(learner: Learner, engine: RolloutEngine, start: int,
+               end: int) -> Iterator[tuple[int, dict[str, float]]]:
+    """(iteration, metrics) of each iteration: one after another, or overlapped
+    (`cluster.overlap`), where iteration k+1 is played in a thread while k trains."""
+    if not learner.cfg.cluster.overlap:
+        for it in range(start, end):
+            yield it, {**rl_iteration(learner, engine, it), "staleness": 0.0}
+        return
+    yield from _overlapped(learner, engine, start, end)
+
+
+def _overlapped(learner: Learner, engine: RolloutEngine, start: int,
+                end: int) -> Iterator[tuple[int, dict[str, float]]]:
+    """One-step off-policy: the rollout copy is synced to the policy, then plays iteration
+    k+1 while the policy trains on k. A batch is thus played by weights at most one update
+    older than those it trains (`staleness`, 0 or 1); PPO's ratio is taken against the
+    recorded logprobs of the weights that played it. `wait_s`: time the update waited."""
+    cfg = learner.cfg
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="collect") as executor:
+        pending = executor.submit(collect, engine, cfg, start)
+        synced_at = start  # the pending batch's weights are those before this iteration's update
+        for it in range(start, end):
+            t0 = time.perf_counter()
+            collected = pending.result()
+            waited, staleness = time.perf_counter() - t0, it - synced_at
+            if it + 1 < end:
+                learner.sync_rollout_policy()
+                synced_at = it
+                pending = executor.submit(collect, engine, cfg, it + 1)
+            metrics = rl_iteration(learner, engine, it, collected)
+            yield it, {**metrics, "staleness": float(staleness), "wait_s": waited}
 
 
 def _join(cfg: TrainConfig) -> tuple[Parallel, TrainConfig]:
@@ -285,7 +327,7 @@ def _save(learner: Learner, run_dir: Path, iteration: int) -> Path:
     path = run_dir / "checkpoints" / f"iter_{iteration:06d}"
     if learner.parallel.is_main:
         state = {} if learner.parallel.fsdp else learner.state_dict()
-        save_checkpoint(path, learner.actor, state,
+        save_checkpoint(path, learner.latest, state,
                         {"iteration": iteration, "config": learner.cfg.model_dump(mode="json")})
     learner.parallel.barrier()
     return path
