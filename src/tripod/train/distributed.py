@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import TypeVar
 
 import torch
@@ -50,6 +51,10 @@ T = TypeVar("T")
 
 SKIP_REASONS = ("logits", "advantages", "loss", "gradient")
 """Skip reasons in the order `agree` ranks them (a code per reason; any rank's wins)."""
+
+COLLECTIVE_TIMEOUT = timedelta(hours=2)
+"""How long a rank waits in a collective. Rank 0 evaluates alone while the others wait at
+the next gather; NCCL's default (10 minutes) would abort a run during a long evaluation."""
 
 _BUCKET_ELEMENTS = 32 * 1024 * 1024
 """Gradient elements per all-reduce (128 MiB of fp32): few calls, bounded extra memory."""
@@ -213,7 +218,8 @@ def init_parallel(device: str, fsdp: bool = False) -> tuple[Parallel, str]:
         torch.cuda.set_device(local)
         device = f"cuda:{local}"
     if not dist.is_initialized():
-        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo")
+        dist.init_process_group("nccl" if device.startswith("cuda") else "gloo",
+                                timeout=COLLECTIVE_TIMEOUT)
     return Parallel(rank, world, local, fsdp and world > 1), device
 
 
