@@ -236,6 +236,28 @@ class TrainSection(_Section):
     `RUN_DIR/trajectories/` for `tripod report` / `tripod inspect` (-1: all, 0: none)."""
 
 
+class ClusterSection(_Section):
+    backend: Literal["local", "ray"] = "local"
+    """Where envs step: `local` (threads and child processes of this process) or `ray`
+    (Ray actors; needs `pip install tripod[ray]`). Results are equal for equal seeds."""
+    address: str | None = None
+    """Ray only: a cluster to join (`auto`: the one `ray start` set up on this machine);
+    None starts a private local Ray with `num_cpus` CPUs."""
+    num_cpus: int | None = Field(None, ge=1)
+    """Ray only: CPUs of the private local Ray (None: all of this machine's)."""
+    env_workers: int = Field(2, ge=1)
+    """Ray only: env worker actors (one CPU each); each hosts several envs and steps them
+    one at a time, so this is how many env steps run at once."""
+    fsdp: bool = False
+    """Under torchrun: shard the decoder layers with FSDP2 instead of replicating the whole
+    model on every rank (DDP-style). For models that do not fit one device; not with LoRA
+    yet."""
+    overlap: bool = False
+    """Collect iteration k+1 (in a thread, with a copy of the policy one update behind)
+    while iteration k trains; the PPO ratio uses the recorded behaviour logprobs, the
+    staleness (0 or 1 update) is logged. One process only, for now."""
+
+
 class TrainConfig(_Section):
     """A whole recipe."""
 
@@ -259,6 +281,8 @@ class TrainConfig(_Section):
     """The RL loop: iterations, periodic evaluation, checkpoints."""
     eval: EvalSection = Field(default_factory=EvalSection)
     """Held-out evaluation after training (and before, for a before/after table)."""
+    cluster: ClusterSection = Field(default_factory=ClusterSection)
+    """Scale-out: where envs step (local or Ray) and how torchrun ranks hold the model."""
 
     @model_validator(mode="after")
     def _check_algorithm(self) -> TrainConfig:

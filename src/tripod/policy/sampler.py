@@ -376,3 +376,23 @@ def _draw(logits: torch.Tensor, params: SamplingParams,
     tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None])[:, 0]
     tokens = tokens.clamp(max=probs.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens[:, None])[:, 0]
+
+
+class HFSampler:
+    """This module's sampler as a `tripod.policy.backend.GenerationBackend`: a Hugging Face
+    model (plain or LoRA-wrapped) extended over a KV arena, in this process."""
+
+    def __init__(self, model: PreTrainedModel, eos_ids: tuple[int, ...], pad_id: int) -> None:
+        self.model, self.eos_ids, self.pad_id = model, eos_ids, pad_id
+
+    def sample(self, states: list[RowState], contexts: list[list[int]],
+               params: SamplingParams, generators: list[torch.Generator]) -> list[Sample]:
+        return sample_turn(self.model, states, contexts, params, generators, self.eos_ids,
+                           self.pad_id)
+
+    def update_weights(self, state) -> None:
+        """Load `state` (a no-op when the trainer updates this very model in place)."""
+        own = self.model.state_dict()
+        if all(own[k].data_ptr() == v.data_ptr() for k, v in state.items() if k in own):
+            return
+        self.model.load_state_dict(state)

@@ -164,6 +164,9 @@ class TrainBatch:
     """[B, T] the estimator's advantages (0 off the mask)."""
     returns: Tensor | None = None
     """[B, T] value targets (critic estimators) or each token's score."""
+    row_ids: Tensor | None = None
+    """[B] long. Set by the update on a minibatch: each row's index in the iteration's batch
+    (kept by `select`), so per-row results can be placed back."""
     trainer_logprobs: Tensor | None = None
     """[B, T] the trainer's logprobs of the sampled tokens at update time (first epoch, the
     forward pass the first gradient step of each row used; NaN where a skipped step left none),

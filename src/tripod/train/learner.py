@@ -9,18 +9,18 @@ is not applied (the optimizer step is skipped, the reason counted and returned);
 `MAX_CONSECUTIVE_SKIPS` skipped steps in a row the run stops with `TrainingStopped`, naming
 the likely cause, instead of training on garbage (issue 12).
 
-Data parallelism: the update is written so that a torch.distributed (DDP / FSDP2) learner
-can wrap it without touching the loop. Every rank computes the same minibatch order and the
-normaliser of the WHOLE minibatch; `Learner.micro_batches` is where a rank would keep its
-share of the micro-batches, `Learner.reduce_gradients` where it would all-reduce (SUM: each
-micro-loss is already divided by the whole minibatch's normaliser) the accumulated
-gradients, and `Learner.agree` where the ranks would agree to skip a step when any of them
+Data parallelism (`tripod.train.distributed`, launched with torchrun): every rank computes
+the same minibatch order and the normaliser of the WHOLE minibatch; `Learner.micro_batches`
+keeps this rank's share of the micro-batches, `Learner.reduce_gradients` sums the
+accumulated gradients over ranks (SUM: each micro-loss is already divided by the whole
+minibatch's normaliser), and `Learner.agree` makes every rank skip a step when any of them
 saw a non-finite value. On one process they are the identity.
 """
 
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -41,6 +41,7 @@ from tripod.policy.models import Policy, load_policy
 from tripod.train.batch import TrainBatch, token_logprobs
 from tripod.train.common import chunks
 from tripod.train.critic import Critic
+from tripod.train.distributed import Parallel, full_state_dict, shard_layers
 
 MAX_CONSECUTIVE_SKIPS = 5
 """Skipped optimizer steps in a row (across iterations) after which the run stops: one
@@ -77,6 +78,12 @@ class Learner:
     """Optimizer steps skipped since the run started (any reason)."""
     consecutive_skips: int = 0
     """Optimizer steps skipped in a row, up to now."""
+    parallel: Parallel = field(default_factory=Parallel)
+    """This process's data-parallel rank (rank 0 of 1 without torchrun)."""
+    rollout_policy: Policy | None = None
+    """A copy of the policy that plays the rollouts, refreshed by `sync_rollout_policy`
+    (FSDP: un-sharded, after every update; overlapped rollouts: when a collection starts);
+    None: the policy itself plays them."""
 
     def __post_init__(self) -> None:
         algo = self.cfg.algo
@@ -114,17 +121,54 @@ class Learner:
         self.consecutive_skips = state.get("consecutive_skips", 0)
 
     # -- the data-parallel seams (identity on one process) ---------------------------------
-    def micro_batches(self, mb: TrainBatch) -> list[TrainBatch]:
-        """The micro-batches of a minibatch this process computes (all of them here)."""
+    def micro_batches(self, mb: TrainBatch) -> list[tuple[TrainBatch, float]]:
+        """The micro-batches of a minibatch this process computes, with their loss weights
+        (all of them, weight 1, on one process; see `Parallel.micro_share`)."""
         rows = list(range(mb.num_rows))
-        return [mb.select(r) for r in chunks(rows, self.cfg.algo.micro_batch_size)]
+        micros = [on_device(mb.select(r), self.policy.device)
+                  for r in chunks(rows, self.cfg.algo.micro_batch_size)]
+        return self.parallel.micro_share(micros)
 
     def reduce_gradients(self) -> None:
-        """Combine the accumulated gradients of all processes (nothing to do on one)."""
+        """Sum the accumulated gradients over processes (nothing to do on one)."""
+        self.parallel.reduce_gradients(self._trained_params())
 
     def agree(self, reason: str | None) -> str | None:
         """The skip decision every process takes (a step is skipped if any process skips)."""
-        return reason
+        return self.parallel.agree(reason)
+
+    def _trained_params(self) -> list[torch.nn.Parameter]:
+        params = [p for g in self.optimizer.param_groups for p in g["params"]]
+        if self.critic_optimizer is not None:
+            params += [p for g in self.critic_optimizer.param_groups for p in g["params"]]
+        return params
+
+    @property
+    def actor(self) -> Policy:
+        """The policy that plays rollouts (its copy, when there is one)."""
+        return self.rollout_policy or self.policy
+
+    @property
+    def latest(self) -> Policy:
+        """A whole model with the latest weights (to evaluate and save): the policy, or under
+        FSDP its un-sharded copy (synced after every update)."""
+        return self.actor if self.parallel.fsdp else self.policy
+
+    def add_rollout_copy(self) -> None:
+        """Give rollouts their own copy of the policy (so they can run while it trains)."""
+        if self.rollout_policy is None:
+            p = self.policy
+            self.rollout_policy = Policy(copy.deepcopy(p.model).eval().requires_grad_(False),
+                                         p.tokenizer, p.name, p.eos_token_ids)
+
+    def sync_rollout_policy(self) -> None:
+        """Copy the policy's current weights into the rollout copy (if there is one; under
+        FSDP a collective that gathers the shards)."""
+        if self.rollout_policy is None:
+            return
+        state = (full_state_dict(self.policy.model) if self.parallel.fsdp
+                 else self.policy.model.state_dict())
+        self.rollout_policy.model.load_state_dict(state)
 
     # -- one optimizer step ----------------------------------------------------------------
     def zero_grad(self) -> None:
@@ -135,19 +179,21 @@ class Learner:
     def clip_and_step(self) -> tuple[float, str | None]:
         """Clip, then step unless the gradient norm is not finite: (norm, skip reason)."""
         params = [p for g in self.optimizer.param_groups for p in g["params"]]
-        grad_norm = torch.nn.utils.clip_grad_norm_(params, self.cfg.algo.grad_clip)
+        grad_norm = self.parallel.clip_grad_norm(params, self.cfg.algo.grad_clip)
         reason = self.agree(None if torch.isfinite(grad_norm) else "gradient")
         if reason is not None:
             return float(grad_norm), reason
         self.optimizer.step()
         if self.critic_optimizer is not None:
-            torch.nn.utils.clip_grad_norm_(self.critic.parameters(), self.cfg.algo.grad_clip)
+            self.parallel.clip_grad_norm(list(self.critic.parameters()), self.cfg.algo.grad_clip)
             self.critic_optimizer.step()
         return float(grad_norm), None
 
 
-def build_learner(cfg: TrainConfig, policy: Policy | None = None) -> Learner:
-    """Load the policy (wrapping it with LoRA if asked), the critic and the reference."""
+def build_learner(cfg: TrainConfig, policy: Policy | None = None,
+                  parallel: Parallel | None = None) -> Learner:
+    """Load the policy (wrapping it with LoRA if asked), the critic and the reference; with
+    `parallel` (torchrun), every rank starts from rank 0's weights, sharded under FSDP."""
     policy = policy or load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
     if cfg.model.lora.enabled and not hasattr(policy.model, "disable_adapter"):
         from peft import LoraConfig, get_peft_model
@@ -156,12 +202,33 @@ def build_learner(cfg: TrainConfig, policy: Policy | None = None) -> Learner:
         policy.model = get_peft_model(policy.model, LoraConfig(
             r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
             target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+    if parallel is not None:
+        parallel.broadcast_module(policy.model)
     spec = get_estimator(cfg.algo.estimator)
     critic = Critic(policy.model, cfg.algo.critic) if spec.needs_critic else None
     ref = None
     if cfg.algo.kl_coef > 0 and not hasattr(policy.model, "disable_adapter"):
         ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
-    return Learner(policy, cfg, critic, ref)
+    if parallel is None or not parallel.fsdp:
+        return Learner(policy, cfg, critic, ref, parallel=parallel or Parallel())
+    return _sharded_learner(policy, cfg, critic, ref, parallel)
+
+
+def _sharded_learner(policy: Policy, cfg: TrainConfig, critic: Critic | None,
+                     ref: torch.nn.Module | None, parallel: Parallel) -> Learner:
+    """FSDP2: the policy, reference and copied critic sharded layer by layer, an un-sharded
+    copy of the policy for rollouts. LoRA is not sharded yet (docs/scale.md): refused."""
+    if cfg.model.lora.enabled:
+        raise ValueError("cluster.fsdp does not support model.lora yet; LoRA models usually "
+                         "fit one device: use DDP (cluster.fsdp=false)")
+    actor = Policy(copy.deepcopy(policy.model).eval().requires_grad_(False),
+                   policy.tokenizer, policy.name, policy.eos_token_ids)
+    shard_layers(policy.model.get_decoder())
+    if ref is not None:
+        shard_layers(ref.get_decoder())
+    if critic is not None and critic.backbone is not None:
+        shard_layers(critic.backbone)
+    return Learner(policy, cfg, critic, ref, parallel=parallel, rollout_policy=actor)
 
 
 # -- score: the no-gradient passes before the advantages ------------------------------------
@@ -172,14 +239,15 @@ def score(learner: Learner, batch: TrainBatch) -> TrainBatch:
     size = algo.micro_batch_size
     with torch.no_grad():
         if algo.kl_coef > 0:
-            batch.ref_logprobs = _per_micro(batch, size, lambda mb: reference_logprobs(
-                learner, mb))
+            batch.ref_logprobs = _per_micro(batch, size, learner.policy.device,
+                                            lambda mb: reference_logprobs(learner, mb))
             if algo.kl_in == "reward":
                 batch.kl_rewards = add_kl_to_rewards(
                     batch.token_rewards, batch.old_logprobs, batch.ref_logprobs,
                     batch.loss_mask, algo.kl_coef, algo.kl_kind)
         if learner.critic is not None:
-            batch.old_values = _per_micro(batch, size, lambda mb: _values(learner, mb))
+            batch.old_values = _per_micro(batch, size, learner.policy.device,
+                                          lambda mb: _values(learner, mb))
     return batch
 
 
@@ -195,11 +263,24 @@ def reference_logprobs(learner: Learner, mb: TrainBatch) -> Tensor:
                               temperature, mb.loss_mask)[0]
 
 
-def _per_micro(batch: TrainBatch, size: int, fn: Callable[[TrainBatch], Tensor]) -> Tensor:
-    """Apply `fn` to micro-batches (trimmed of shared padding); re-pad to [B, T] and stack."""
+def _per_micro(batch: TrainBatch, size: int, device: torch.device,
+               fn: Callable[[TrainBatch], Tensor]) -> Tensor:
+    """Apply `fn` to micro-batches (trimmed of shared padding, on the model's device);
+    re-pad to [B, T] and stack (on the batch's device)."""
     t = batch.input_ids.shape[1]
-    outs = [fn(batch.select(idx)) for idx in chunks(list(range(batch.num_rows)), size)]
+    outs = [fn(on_device(batch.select(idx), device)).to(batch.input_ids.device)
+            for idx in chunks(list(range(batch.num_rows)), size)]
     return torch.cat([torch.nn.functional.pad(o, (0, t - o.shape[1])) for o in outs])
+
+
+def on_device(mb: TrainBatch, device: torch.device) -> TrainBatch:
+    """The micro-batch on the model's device (batches are collated on the CPU; on CUDA each
+    micro-batch moves when it is computed, so a whole batch never has to fit the device)."""
+    if mb.input_ids.device == device:
+        return mb
+    return dataclasses.replace(mb, **{f.name: getattr(mb, f.name).to(device)
+                                      for f in dataclasses.fields(mb)
+                                      if getattr(mb, f.name) is not None})
 
 
 def _values(learner: Learner, mb: TrainBatch, hidden: Tensor | None = None) -> Tensor:
@@ -271,26 +352,30 @@ def _problem(logp: Tensor, mb: TrainBatch, loss: Tensor, critic_loss: Tensor | N
 
 
 def minibatch_step(learner: Learner, mb: TrainBatch
-                   ) -> tuple[dict[str, list[float]], str | None, list[Tensor]]:
+                   ) -> tuple[dict[str, list[float]], str | None, list[tuple[Tensor, Tensor]]]:
     """One optimizer step over a minibatch, accumulated over micro-batches: (stats, reason
-    the step was skipped or None, the trainer's logprobs of each micro-batch computed, in
-    row order)."""
+    the step was skipped or None, (row_ids, trainer logprobs) of each micro-batch this
+    process computed, when `mb.row_ids` is set)."""
     algo = learner.cfg.algo
     row_cap = learner.cfg.rollout.train.max_new_tokens * learner.cfg.env.max_turns
     norm = loss_normaliser(mb.loss_mask, algo.loss_agg, row_cap)
     learner.zero_grad()
     stats: dict[str, list[float]] = {}
     reason = None
-    logps: list[Tensor] = []
-    for micro in learner.micro_batches(mb):
+    logps: list[tuple[Tensor, Tensor]] = []
+    for micro, weight in learner.micro_batches(mb):
         out = micro_loss(learner, micro, norm)
-        logps.append(out.logprobs)
+        if weight and micro.row_ids is not None:
+            logps.append((micro.row_ids, out.logprobs))
         if out.problem is not None:
-            reason = out.problem
-            break
-        (out.loss + (out.critic_loss if out.critic_loss is not None else 0.0)).backward()
+            reason = reason or out.problem
+            if not learner.parallel.fsdp:  # FSDP ranks must run every pass (lockstep)
+                break
+        (weight * (out.loss + (out.critic_loss if out.critic_loss is not None else 0.0))
+         ).backward()
         for k, v in out.stats.items():
-            stats.setdefault(k, []).append(v)
+            if weight:
+                stats.setdefault(k, []).append(v)
     reason = learner.agree(reason)
     if reason is None:
         learner.reduce_gradients()
@@ -301,18 +386,18 @@ def minibatch_step(learner: Learner, mb: TrainBatch
     return stats, reason, logps
 
 
-def _place(target: Tensor, rows: list[int], logps: list[Tensor]) -> None:
-    """Write micro-batch logprobs (trimmed to their own length) into `target`'s `rows`."""
-    start = 0
-    for lp in logps:
-        for i in range(lp.shape[0]):
-            target[rows[start + i], :lp.shape[1]] = lp[i]
-        start += lp.shape[0]
+def _place(target: Tensor, logps: list[tuple[Tensor, Tensor]]) -> None:
+    """Write micro-batch logprobs (trimmed to their own length) into their rows of `target`.
+    Under torch.distributed each process places only the rows it computed (the others stay
+    NaN; rank 0 writes the records)."""
+    for row_ids, lp in logps:
+        target[row_ids.to(target.device), :lp.shape[1]] = lp.detach().to(target)
 
 
 def update(learner: Learner, batch: TrainBatch, iteration: int) -> dict[str, float]:
     """PPO-style epochs over minibatches (a seeded shuffle: resumable), one optimizer step per
-    minibatch. Fills `batch.trainer_logprobs` from the first epoch. Returns the mean of each statistic, `skipped_updates` (this iteration) with
+    minibatch. Fills `batch.trainer_logprobs` from the first epoch. Returns the mean of each
+    statistic, `skipped_updates` (this iteration) with
     `skipped_<reason>` counts, and `nan_skips` (the run's total). Raises `TrainingStopped`
     after `MAX_CONSECUTIVE_SKIPS` skipped steps in a row."""
     algo = learner.cfg.algo
@@ -325,14 +410,17 @@ def update(learner: Learner, batch: TrainBatch, iteration: int) -> dict[str, flo
         for epoch in range(algo.epochs):
             order = torch.randperm(batch.num_rows, generator=gen).tolist()
             for rows in chunks(order, algo.minibatch_size):
-                stats, reason, logps = minibatch_step(learner, batch.select(rows))
+                sub = batch.select(rows)
+                sub.row_ids = torch.as_tensor(rows, dtype=torch.long)
+                stats, reason, logps = minibatch_step(learner, sub)
                 if epoch == 0:
-                    _place(batch.trainer_logprobs, rows, logps)
+                    _place(batch.trainer_logprobs, logps)
                 for k, v in stats.items():
                     sums.setdefault(k, []).extend(v)
                 _count_skip(learner, reason, skipped)
     finally:
         learner.policy.model.eval()
+    sums = learner.parallel.mean_stats(sums)
     out = {k: sum(v) / len(v) for k, v in sums.items()}
     out.update({f"skipped_{k}": float(v) for k, v in skipped.items()})
     out["skipped_updates"] = float(sum(skipped.values()))

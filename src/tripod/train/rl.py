@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from tripod.algos.advantages import AdvantageInput, get_estimator
 from tripod.core.config import AlgoSection, TrainConfig
 from tripod.core.types import EpisodeEnd, Trajectory
 from tripod.envs.pool import EnvPool
+from tripod.envs.ray_pool import open_pool
 from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
 from tripod.policy.rollout import RolloutEngine, make_jobs
@@ -46,6 +49,7 @@ from tripod.train.common import (
     sampling_params,
     seed_everything,
 )
+from tripod.train.distributed import Parallel, init_parallel, shutdown_parallel
 from tripod.train.learner import Learner, TrainingStopped, build_learner, score, update
 
 console = Console(stderr=True)
@@ -61,12 +65,22 @@ def iteration_games(cfg: TrainConfig, iteration: int) -> list[int]:
     return [g % pool for g in games] if pool else games
 
 
-def collect(engine: RolloutEngine, cfg: TrainConfig,
-            iteration: int) -> tuple[list[Trajectory], dict[str, float]]:
+def collect(engine: RolloutEngine, cfg: TrainConfig, iteration: int,
+            parallel: Parallel | None = None) -> tuple[list[Trajectory], dict[str, float]]:
+    """Play the iteration's episodes; under torchrun each rank plays whole groups (its
+    share) and every rank gets all trajectories back, in job order."""
+    parallel = parallel or Parallel()
     jobs = make_jobs(cfg.env.id, "train", iteration_games(cfg, iteration),
                      cfg.rollout.group_size, seed=cfg.run.seed * 100_003 + iteration)
-    trajs, stats = engine.collect(jobs, sampling_params(cfg.rollout.train))
-    return trajs, {"rollout_s": stats.seconds, "tokens_per_s": stats.tokens_per_s}
+    mine = set(parallel.share(sorted({j.group_id for j in jobs})))
+    trajs, stats = engine.collect([j for j in jobs if j.group_id in mine],
+                                  sampling_params(cfg.rollout.train))
+    parts = parallel.gather([(trajs, stats.generated_tokens, stats.seconds)])
+    by_id = {t.job.episode_id: t for (part,) in parts for t in part[0]}
+    seconds = max(part[2] for (part,) in parts)
+    tokens = sum(part[1] for (part,) in parts)
+    return ([by_id[j.episode_id] for j in jobs],
+            {"rollout_s": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
 
 
 def stop_if_nothing_ran(trajs: list[Trajectory], iteration: int) -> None:
@@ -147,10 +161,13 @@ def rollout_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict[str, floa
 
 
 # -- one iteration ---------------------------------------------------------------------------
-def rl_iteration(learner: Learner, engine: RolloutEngine, it: int) -> dict[str, float]:
-    """collect -> score -> advantage -> update, with the iteration's metrics."""
+def rl_iteration(learner: Learner, engine: RolloutEngine, it: int,
+                 collected: tuple[list[Trajectory], dict[str, float]] | None = None,
+                 ) -> dict[str, float]:
+    """collect -> score -> advantage -> update, with the iteration's metrics. `collected`:
+    the iteration's episodes, already played (overlapped rollouts)."""
     cfg, t0 = learner.cfg, time.perf_counter()
-    trajs, metrics = collect(engine, cfg, it)                                 # collect
+    trajs, metrics = collected or collect(engine, cfg, it, learner.parallel)  # collect
     metrics.update(rollout_metrics(trajs, cfg))
     stop_if_nothing_ran(trajs, it)
     batch, dropped = make_batch(trajs, cfg, learner.policy.pad_token_id)
@@ -159,8 +176,11 @@ def rl_iteration(learner: Learner, engine: RolloutEngine, it: int) -> dict[str, 
         batch = score(learner, batch)                                         # score
         metrics.update(advantage(batch, cfg.algo))                            # advantage
         metrics.update(update(learner, batch, it))                            # update
+        if collected is None:  # overlapped: synced when the next collection starts
+            learner.sync_rollout_policy()
         metrics["zero_variance_groups"] = zero_variance_fraction(batch)
-    save_trajectories(learner, trajs, batch, it)                              # record
+    if learner.parallel.is_main:
+        save_trajectories(learner, trajs, batch, it)                          # record
     metrics["iteration_s"] = time.perf_counter() - t0
     return metrics
 
@@ -181,7 +201,7 @@ def save_trajectories(learner: Learner, trajs: list[Trajectory], batch: TrainBat
 
 def validate(learner: Learner, engine: RolloutEngine) -> dict[str, float]:
     cfg = learner.cfg
-    res, _ = evaluate(learner.policy, cfg.env.id, "valid", cfg.train.eval_games,
+    res, _ = evaluate(learner.latest, cfg.env.id, "valid", cfg.train.eval_games,
                       sampling_params(cfg.rollout.eval), rollout_config(cfg),
                       seed=cfg.run.seed, engine=engine)
     return {"valid_success_rate": res.success_rate}
@@ -197,12 +217,15 @@ class RLResult:
     policy: Policy
 
 
-def _start(cfg: TrainConfig, policy: Policy | None, resume: Path | None) -> tuple[Learner, int]:
+def _start(cfg: TrainConfig, policy: Policy | None, resume: Path | None,
+           parallel: Parallel) -> tuple[Learner, int]:
     """The learner, at iteration 0 or restored from the checkpoint `resume`."""
     if resume is None:
-        return build_learner(cfg, policy), 0
+        return build_learner(cfg, policy, parallel), 0
+    if parallel.fsdp:
+        raise ValueError("resuming an FSDP run is not supported yet (docs/scale.md)")
     trainer_state, state = load_trainer_state(resume)
-    learner = build_learner(cfg, load_policy(str(resume), device=cfg.model.device))
+    learner = build_learner(cfg, load_policy(str(resume), device=cfg.model.device), parallel)
     learner.load_state_dict(trainer_state)
     set_rng_state(trainer_state["rng"])
     return learner, state["iteration"]
@@ -212,26 +235,35 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
              quiet: bool = False, pool: EnvPool | None = None) -> RLResult:
     """Run RL iterations as configured; resume from `resume` (a checkpoint folder) if given.
     `pool` shares envs with the rest of a run (the pipeline's); without one, the loop owns
-    its envs."""
+    its envs. Launched by torchrun, every rank runs this loop (data-parallel); rank 0
+    alone evaluates, logs and saves."""
+    parallel, cfg = _join(cfg)
+    if cfg.cluster.overlap and parallel.enabled:
+        raise ValueError("cluster.overlap runs in one process for now (not under torchrun)")
+    quiet = quiet or not parallel.is_main
     seed_everything(cfg.run.seed)
-    run_dir = prepare_run_dir(cfg)
-    learner, start_iter = _start(cfg, policy, resume)
+    run_dir = prepare_run_dir(cfg) if parallel.is_main else cfg.run_dir
+    learner, start_iter = _start(cfg, policy, resume, parallel)
     own_pool = pool is None
-    pool = pool or EnvPool()
-    engine = RolloutEngine(learner.policy, rollout_config(cfg), pool=pool)
-    eval_engine = RolloutEngine(learner.policy, rollout_config(cfg), pool=pool)
-    logger = MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
+    pool = pool or open_pool(cfg.cluster)
+    if cfg.cluster.overlap:
+        learner.add_rollout_copy()
+    engine = RolloutEngine(learner.actor, rollout_config(cfg), pool=pool)
+    eval_engine = RolloutEngine(learner.latest, rollout_config(cfg), pool=pool)
+    logger = (MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
+              if parallel.is_main else None)
     history: list[dict] = []
     ckpt, saved_at = resume, start_iter
     bar = _progress(quiet)
     task = bar.add_task("iterating", total=cfg.train.iterations, completed=start_iter)
     bar.start()
     try:
-        for it in range(start_iter, cfg.train.iterations):
-            metrics = rl_iteration(learner, engine, it)              # collect .. update
-            if cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0:
+        for it, metrics in iterations(learner, engine, start_iter, cfg.train.iterations):
+            evaluating = cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0
+            if evaluating and parallel.is_main:
                 metrics.update(validate(learner, eval_engine))       # evaluate
-            logger.log(it + 1, metrics)                              # log
+            if logger is not None:
+                logger.log(it + 1, metrics)                          # log
             history.append({"iteration": it + 1, **metrics})
             _report(it + 1, cfg.train.iterations, metrics, quiet)
             if cfg.train.checkpoint_every and (it + 1) % cfg.train.checkpoint_every == 0:
@@ -239,18 +271,68 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
             bar.update(task, advance=1, description=f"last success {metrics['success_rate']:.0%}")
     finally:
         bar.stop()
-        logger.close()
+        if logger is not None:
+            logger.close()
         if own_pool:
             pool.close()
     if ckpt is None or saved_at != cfg.train.iterations:
         ckpt = _save(learner, run_dir, cfg.train.iterations)
-    return RLResult(run_dir, cfg.train.iterations, history, ckpt, learner.policy)
+    shutdown_parallel(parallel)
+    return RLResult(run_dir, cfg.train.iterations, history, ckpt, learner.latest)
+
+
+def iterations(learner: Learner, engine: RolloutEngine, start: int,
+               end: int) -> Iterator[tuple[int, dict[str, float]]]:
+    """(iteration, metrics) of each iteration: one after another, or overlapped
+    (`cluster.overlap`), where iteration k+1 is played in a thread while k trains."""
+    if not learner.cfg.cluster.overlap:
+        for it in range(start, end):
+            yield it, {**rl_iteration(learner, engine, it), "staleness": 0.0}
+        return
+    yield from _overlapped(learner, engine, start, end)
+
+
+def _overlapped(learner: Learner, engine: RolloutEngine, start: int,
+                end: int) -> Iterator[tuple[int, dict[str, float]]]:
+    """One-step off-policy: the rollout copy is synced to the policy, then plays iteration
+    k+1 while the policy trains on k. A batch is thus played by weights at most one update
+    older than those it trains (`staleness`, 0 or 1); PPO's ratio is taken against the
+    recorded logprobs of the weights that played it. `wait_s`: time the update waited."""
+    cfg = learner.cfg
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="collect") as executor:
+        pending = executor.submit(collect, engine, cfg, start)
+        synced_at = start  # the pending batch's weights are those before this iteration's update
+        for it in range(start, end):
+            t0 = time.perf_counter()
+            collected = pending.result()
+            waited, staleness = time.perf_counter() - t0, it - synced_at
+            if it + 1 < end:
+                learner.sync_rollout_policy()
+                synced_at = it
+                pending = executor.submit(collect, engine, cfg, it + 1)
+            metrics = rl_iteration(learner, engine, it, collected)
+            yield it, {**metrics, "staleness": float(staleness), "wait_s": waited}
+
+
+def _join(cfg: TrainConfig) -> tuple[Parallel, TrainConfig]:
+    """This process's rank (torchrun) and the recipe with its own device (`cuda:LOCAL_RANK`)."""
+    parallel, device = init_parallel(cfg.model.device, cfg.cluster.fsdp)
+    if device != cfg.model.device:
+        cfg = cfg.model_copy(deep=True)
+        cfg.model.device = device
+    return parallel, cfg
 
 
 def _save(learner: Learner, run_dir: Path, iteration: int) -> Path:
+    """Rank 0 writes the checkpoint (DDP ranks hold equal weights and optimizer states;
+    under FSDP the rollout copy holds the full weights, the optimizer state is left out)."""
     path = run_dir / "checkpoints" / f"iter_{iteration:06d}"
-    return save_checkpoint(path, learner.policy, learner.state_dict(),
-                           {"iteration": iteration, "config": learner.cfg.model_dump(mode="json")})
+    if learner.parallel.is_main:
+        state = {} if learner.parallel.fsdp else learner.state_dict()
+        save_checkpoint(path, learner.latest, state,
+                        {"iteration": iteration, "config": learner.cfg.model_dump(mode="json")})
+    learner.parallel.barrier()
+    return path
 
 
 def _progress(quiet: bool) -> Progress:

@@ -1,0 +1,92 @@
+"""Overlapped rollouts (`cluster.overlap`) against the on-policy loop, on an env that sleeps.
+
+    python benchmarks/overlap.py [--iterations 4] [--step-s 0.3] [--model tiny]
+
+The env is `toy/letters-4` with a sleep in every step (a stand-in for an SWE test run): the
+rollout's time is mostly waiting for envs, which the update can overlap. Both loops run the
+same recipe and seeds; printed are the total wall time of the iterations, the mean rollout
+and update times, and how long the overlapped loop's update waited for its next batch. The
+load average is printed because this machine is shared; nothing is asserted. A one-iteration
+warm-up run goes first (first-call costs), then the two loops alternate twice.
+
+`--threads 1` by default: on this shared 2-core machine (load average about 10), runs with
+2 intra-op threads were erratic in a way that favoured the overlapped loop by 5-10x (the
+sequential loop's matmuls ran 10x slower; OpenMP workers spinning on an oversubscribed CPU is
+the likely cause, not confirmed), which says nothing about overlapping. With one thread the
+comparison is of the schedules themselves.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+
+import torch
+
+from tripod.core.config import load_config
+from tripod.envs.registry import register
+from tripod.envs.toy import LettersEnv
+from tripod.train.rl import train_rl
+
+
+class SleepyLetters(LettersEnv):
+    """`toy/letters-N` whose every step sleeps `step_s` seconds first."""
+
+    def __init__(self, env_id: str, split: str = "train", step_s: float = 0.3,
+                 **options) -> None:
+        super().__init__(env_id, split, turns=int(env_id.rsplit("-", 1)[1]), **options)
+        self.step_s = step_s
+
+    def step(self, action: str):
+        time.sleep(self.step_s)
+        return super().step(action)
+
+
+register(r"bench/sleepy-letters-\d+", SleepyLetters, ("bench/sleepy-letters-4",),
+         "toy/letters-N with a sleep per step (benchmarks only)")
+
+
+def run(args: argparse.Namespace, overlap: bool, out: str) -> tuple[float, list[dict]]:
+    cfg = load_config(overrides=[
+        f"model.name={args.model}", "env.id=bench/sleepy-letters-4", "env.max_turns=4",
+        f"env.options={{vocabulary: 4, step_s: {args.step_s}}}", "rollout.games_per_iter=4",
+        "rollout.group_size=2", "rollout.batch_size=8", "rollout.train.max_new_tokens=4",
+        "rollout.truncated_action=step", "reward.kind=dense", "algo.estimator=grpo",
+        "algo.lr=1e-4", "algo.epochs=2", "algo.minibatch_size=4", "algo.micro_batch_size=2",
+        f"train.iterations={args.iterations}", "train.tensorboard=false",
+        "train.trajectory_groups=0", f"run.out_dir={out}", f"run.name=overlap-{overlap}",
+        f"cluster.overlap={str(overlap).lower()}"])
+    start = time.perf_counter()
+    history = train_rl(cfg, quiet=True).history
+    return time.perf_counter() - start, history
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--iterations", type=int, default=4)
+    parser.add_argument("--step-s", type=float, default=0.3)
+    parser.add_argument("--model", default="tiny")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch intra-op threads (see the module docstring)")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    print(f"torch threads: {torch.get_num_threads()}; load average before: {os.getloadavg()}")
+    with tempfile.TemporaryDirectory() as out:
+        run(argparse.Namespace(**{**vars(args), "iterations": 1}), False, out)  # warm-up
+        for overlap in (False, True, False, True):  # alternating: drifts in load show
+            wall, hist = run(args, overlap, out)
+            rollout = sum(h["rollout_s"] for h in hist) / len(hist)
+            train = sum(h["iteration_s"] - (0 if overlap else h["rollout_s"])
+                        for h in hist) / len(hist)
+            waited = sum(h.get("wait_s", 0.0) for h in hist)
+            print(f"overlap={overlap!s:5}: {wall:6.2f} s for {len(hist)} iterations "
+                  f"(rollout {rollout:.2f} s, update {train:.2f} s per iteration; "
+                  f"waited for batches {waited:.2f} s; staleness "
+                  f"{[int(h['staleness']) for h in hist]})")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,69 @@
+"""One tiny RL iteration, run by the data-parallel tests: under torchrun on every rank
+(`python -m torch.distributed.run ... _dp_worker.py OUT OVERRIDES...`), or in the test's own
+process as the one-process reference. Each rank saves its weights and the metrics."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import torch
+
+from tripod.core.config import load_config
+from tripod.policy import load_policy
+from tripod.policy.rollout import RolloutEngine
+from tripod.train.common import rollout_config, seed_everything
+from tripod.train.distributed import full_state_dict, init_parallel, shutdown_parallel
+from tripod.train.learner import build_learner
+from tripod.train.rl import rl_iteration, train_rl
+
+RECIPE = ["model.name=tiny", "env.id=toy/letters-2", "env.max_turns=2",
+          "env.options={vocabulary: 4}", "rollout.games_per_iter=3", "rollout.group_size=2",
+          "rollout.batch_size=4", "rollout.train.temperature=1.0",
+          "rollout.train.max_new_tokens=3", "rollout.truncated_action=step",
+          "reward.kind=dense", "algo.estimator=grpo", "algo.kl_coef=0.01",
+          "algo.entropy_coef=0.01", "algo.minibatch_size=3", "algo.micro_batch_size=1",
+          "train.tensorboard=false", "train.trajectory_groups=0", "run.seed=3"]
+"""6 episodes -> 6 rows -> 2 minibatches of 3 micro-batches: uneven over 2 ranks (2 + 1).
+Seed 3: one of the random tiny model's groups has a rewarded episode (with seeds 0-2 every
+group's rewards are equal and the GRPO gradient is ~0), and its gradient norm (1.5) is
+clipped, so clipping across ranks is compared too."""
+
+
+def run(out: Path, overrides: list[str]) -> dict[str, float]:
+    """One RL iteration (two SGD steps); saves `weights_rank{r}.pt`, returns the metrics."""
+    cfg = load_config(overrides=RECIPE + [f"run.out_dir={out}", *overrides])
+    parallel, _ = init_parallel("cpu", cfg.cluster.fsdp)
+    seed_everything(cfg.run.seed)
+    learner = build_learner(cfg, load_policy("tiny", seed=1), parallel)
+    # SGD: the weight change is the summed gradient itself (Adam would turn float noise on
+    # near-zero gradients into lr-sized steps, hiding what is compared).
+    learner.optimizer = torch.optim.SGD(learner.policy.model.parameters(), lr=0.5)
+    if learner.critic_optimizer is not None:
+        learner.critic_optimizer = torch.optim.SGD(learner.critic.parameters(), lr=0.5)
+    engine = RolloutEngine(learner.actor, rollout_config(cfg))
+    metrics = rl_iteration(learner, engine, 0)
+    engine.close()
+    weights = {k: v.detach().clone() for k, v in learner.actor.model.state_dict().items()}
+    if learner.critic is not None:
+        critic = (full_state_dict(learner.critic) if parallel.fsdp
+                  else learner.critic.state_dict())
+        weights.update({f"critic.{k}": v.detach().clone() for k, v in critic.items()})
+    torch.save({"weights": weights, "metrics": metrics},
+               out / f"weights_rank{parallel.rank}.pt")
+    shutdown_parallel(parallel)
+    return metrics
+
+
+def loop(out: Path, overrides: list[str]) -> list[dict]:
+    """`train_rl` itself (AdamW, logging, checkpoints) for the recipe's iterations."""
+    cfg = load_config(overrides=RECIPE + [f"run.out_dir={out}", *overrides])
+    return train_rl(cfg, load_policy("tiny", seed=1), quiet=True).history
+
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    if sys.argv[1] == "--loop":
+        loop(Path(sys.argv[2]), sys.argv[3:])
+    else:
+        run(Path(sys.argv[1]), sys.argv[2:])
