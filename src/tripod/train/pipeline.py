@@ -16,6 +16,7 @@ from rich.table import Table
 
 from tripod.core.config import ConfigError, TrainConfig
 from tripod.envs.pool import EnvPool
+from tripod.envs.ray_pool import open_pool
 from tripod.envs.registry import check_options, family_of
 from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
@@ -87,8 +88,9 @@ def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict,
 def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
     """Run a whole study arm; returns the results (also written to results.json).
 
-    One `EnvPool` serves every stage (evaluations, demonstrations, RL), so game processes
-    and workspaces start once per run, not once per stage."""
+    One env pool serves every stage (evaluations, demonstrations, RL), so game processes
+    and workspaces start once per run, not once per stage (`cluster.backend: ray` makes it a
+    pool of Ray env workers)."""
     start = time.perf_counter()
     seed_everything(cfg.run.seed)
     check_envs(cfg)
@@ -96,7 +98,7 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
     console.print(f"run directory: {run_dir}")
     prepare_games(cfg)
     results: dict = {"run_dir": str(run_dir)}
-    with EnvPool() as pool:
+    with open_pool(cfg.cluster) as pool:
         policy = None if resume is not None else sft_stage(cfg, results, pool)
         final_stage = "sft" if cfg.train.iterations == 0 else "final"
         if cfg.train.iterations > 0:
