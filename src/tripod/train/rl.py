@@ -38,7 +38,13 @@ from tripod.report.records import (
 )
 from tripod.rewards.shaping import turn_rewards
 from tripod.train.batch import TrainBatch, collate, trainable_episodes, trajectory_rows
-from tripod.train.checkpoint import load_trainer_state, save_checkpoint, set_rng_state
+from tripod.train.checkpoint import (
+    drop_records_after,
+    load_trainer_state,
+    resolve_resume,
+    save_checkpoint,
+    set_rng_state,
+)
 from tripod.train.common import (
     MetricLogger,
     prepare_run_dir,
@@ -196,10 +202,13 @@ class RLResult:
 
 
 def _start(cfg: TrainConfig, policy: Policy | None, resume: Path | None) -> tuple[Learner, int]:
-    """The learner, at iteration 0 or restored from the checkpoint `resume`."""
+    """The learner, at iteration 0 or restored from the checkpoint `resume` (already
+    resolved: a verified checkpoint folder)."""
     if resume is None:
         return build_learner(cfg, policy), 0
     trainer_state, state = load_trainer_state(resume)
+    # iterations logged after this checkpoint by a run that was killed are played again
+    drop_records_after(cfg.run_dir / "metrics.jsonl", state["iteration"])
     learner = build_learner(cfg, load_policy(str(resume), device=cfg.model.device))
     learner.load_state_dict(trainer_state)
     set_rng_state(trainer_state["rng"])
@@ -208,10 +217,11 @@ def _start(cfg: TrainConfig, policy: Policy | None, resume: Path | None) -> tupl
 
 def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None = None,
              quiet: bool = False, pool: EnvPool | None = None) -> RLResult:
-    """Run RL iterations as configured; resume from `resume` (a checkpoint folder) if given.
-    `pool` shares envs with the rest of a run (the pipeline's); without one, the loop owns
-    its envs."""
+    """Run RL iterations as configured; resume from `resume` if given: a checkpoint folder,
+    or a run folder (its newest checkpoint that verifies). `pool` shares envs with the rest
+    of a run (the pipeline's); without one, the loop owns its envs."""
     seed_everything(cfg.run.seed)
+    resume = resolve_resume(resume) if resume is not None else None
     run_dir = prepare_run_dir(cfg)
     learner, start_iter = _start(cfg, policy, resume)
     own_pool = pool is None
