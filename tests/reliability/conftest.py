@@ -22,6 +22,12 @@ def tiny_cfg(out_dir: Path, *extra: str):
     return load_config(overrides=[*TINY, f"run.out_dir={out_dir}", *extra])
 
 
+@pytest.fixture(name="tiny_cfg")
+def tiny_cfg_fixture():
+    """`tiny_cfg(out_dir, *overrides)`: the tiny recipe with overrides."""
+    return tiny_cfg
+
+
 @pytest.fixture(scope="module")
 def finished_run(tmp_path_factory, tiny_policy_factory) -> Path:
     """A run folder with checkpoints after iterations 1 and 2 (built once per module)."""
