@@ -155,3 +155,30 @@ def test_drop_records_after_removes_replayed_and_torn_lines(tmp_path):
     path.write_text("\n".join(lines) + '\n{"step": 4, "ret')
     assert drop_records_after(path, 2) == 2
     assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2]
+
+
+def _cli_train(run, *extra):
+    from tripod.cli import main
+
+    from .conftest import TINY
+
+    recipe = run.parent / "recipe.yaml"
+    recipe.write_text("{}\n")
+    return main(["train", str(recipe), *TINY, f"run.out_dir={run.parent}", f"run.name={run.name}",
+                 "eval.games=2", "eval.before_training=false", "train.checkpoint_every=1", *extra])
+
+
+def test_cli_resume_of_a_run_folder(run_copy, capsys):
+    """`tripod train RECIPE --resume RUN_DIR`: one more iteration from the newest good
+    checkpoint (the newest is corrupt here); a run folder with none fails cleanly."""
+    (_ckpts(run_copy) / "iter_000002" / "model.safetensors").write_bytes(b"oops")
+    assert _cli_train(run_copy, "train.iterations=2", "--resume", str(run_copy)) == 0
+    steps = [json.loads(x)["step"] for x in (run_copy / "metrics.jsonl").read_text().splitlines()]
+    assert steps == [1, 2]  # iteration 2 replayed from checkpoint 1, logged once
+    verify_checkpoint(_ckpts(run_copy) / "iter_000002")  # rewritten whole
+    for ckpt in _ckpts(run_copy).iterdir():
+        (ckpt / "state.json").unlink()
+    capsys.readouterr()
+    assert _cli_train(run_copy, "train.iterations=3", "--resume", str(run_copy)) == 1
+    err = capsys.readouterr().err
+    assert "error:" in err and "no good checkpoint" in err and "Traceback" not in err

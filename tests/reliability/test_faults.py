@@ -212,6 +212,7 @@ def test_no_step_is_waited_for_past_the_turn_deadline(tiny_policy_factory):
     assert [t.num_turns for t in trajs] == [1, 1]  # B's late first answer was not taken
 
 
+@pytest.mark.slow
 def test_a_training_run_with_10_percent_faulty_steps_completes(tmp_path, tiny_policy_factory,
                                                               tiny_cfg):
     """`env.faults.rate=0.1` with every kind: the run finishes, faulty episodes are counted

@@ -47,8 +47,9 @@ _TMP_PREFIX = "."
 _TMP_MARK = ".tmp-"
 
 KILL_HOOK = "TRIPOD_FAULT_CHECKPOINT_KILL"
-"""Test hook: set to a stage name of `save_checkpoint` (``after_model``, ``after_trainer``,
-``before_rename``) and the process SIGKILLs itself there, as a crash while writing would."""
+"""Test hook: set to a stage of `save_checkpoint` (``after_model``, ``after_trainer``,
+``before_rename``), optionally ``STAGE@iter_000003`` for one checkpoint only, and the process
+SIGKILLs itself there, as a crash while writing would."""
 
 log = logging.getLogger(__name__)
 
@@ -130,9 +131,9 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def _maybe_die(stage: str) -> None:
+def _maybe_die(stage: str, name: str) -> None:
     """The kill hook (see `KILL_HOOK`): a real SIGKILL, no clean-up runs."""
-    if os.environ.get(KILL_HOOK) == stage:
+    if os.environ.get(KILL_HOOK) in (stage, f"{stage}@{name}"):
         os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -147,16 +148,16 @@ def _write_manifest(folder: Path) -> None:
         _fsync(sub)
 
 
-def _write_files(tmp: Path, policy, trainer_state: dict[str, Any],
+def _write_files(tmp: Path, name: str, policy, trainer_state: dict[str, Any],
                  state: dict[str, Any]) -> None:
     policy.model.save_pretrained(tmp)
     policy.tokenizer.save_pretrained(tmp)
-    _maybe_die("after_model")
+    _maybe_die("after_model", name)
     tensors: dict[str, torch.Tensor] = {}
     tree = _encode({**trainer_state, "rng": rng_state()}, tensors, "trainer")
     save_file(tensors, str(tmp / TRAINER_TENSORS))
     (tmp / TRAINER_JSON).write_text(json.dumps(tree))
-    _maybe_die("after_trainer")
+    _maybe_die("after_trainer", name)
     (tmp / STATE_FILE).write_text(json.dumps(state, indent=2))
     _write_manifest(tmp)
 
@@ -190,8 +191,8 @@ def save_checkpoint(path: Path, policy, trainer_state: dict[str, Any],
     tmp = path.with_name(f"{_TMP_PREFIX}{path.name}{_TMP_MARK}{os.getpid()}")
     try:
         tmp.mkdir()
-        _write_files(tmp, policy, trainer_state, state)
-        _maybe_die("before_rename")
+        _write_files(tmp, path.name, policy, trainer_state, state)
+        _maybe_die("before_rename", path.name)
         _swap_in(tmp, path)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
