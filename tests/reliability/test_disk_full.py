@@ -24,6 +24,7 @@ def _ckpt_names(run):
     return sorted(p.name for p in (run / "checkpoints").iterdir())
 
 
+@pytest.mark.slow
 def test_full_disk_while_checkpointing_stops_the_cli_cleanly(tmp_path, monkeypatch, capsys):
     """The second checkpoint cannot be written: `tripod train` exits 1 with one line naming
     the disk and the last good checkpoint, no traceback; `--resume RUN_DIR` then replays

@@ -114,20 +114,20 @@ _OVERRIDE = st.one_of(
     ANY_TEXT)
 
 
-def _config_or_error(load) -> None:
+def _config_or_error(what: str, load) -> None:
     try:
         assert isinstance(load(), TrainConfig)
     except ConfigError as exc:
         assert str(exc)
     except KNOWN_GAPS as exc:
-        gaps[f"config: {type(exc).__name__}"] += 1
+        gaps[f"{what}: {type(exc).__name__}"] += 1
 
 
 @FUZZ
 @given(st.lists(_OVERRIDE, max_size=4))
 def test_dotted_overrides(overrides):
     ran["dotted overrides"] += 1
-    _config_or_error(lambda: load_config(overrides=overrides))
+    _config_or_error("overrides", lambda: load_config(overrides=overrides))
 
 
 _SECTION = st.dictionaries(st.sampled_from([k.split(".")[-1] for k in KEYS]) | _WORD, _VALUE,
@@ -144,7 +144,7 @@ def test_recipe_files(tmp_path_factory, data):
     ran["recipe files"] += 1
     path = tmp_path_factory.getbasetemp() / "fuzz-recipe.yaml"
     path.write_bytes(data)
-    _config_or_error(lambda: load_config(path))
+    _config_or_error("recipe", lambda: load_config(path))
 
 
 # -- env ids -----------------------------------------------------------------------------------

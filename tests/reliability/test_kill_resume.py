@@ -74,6 +74,11 @@ def _assert_same_run(run: Path, reference: Path) -> None:
     ref = _weights(reference)
     for name, tensor in _weights(run).items():
         torch.testing.assert_close(tensor, ref[name], rtol=1e-5, atol=1e-6)
+    metric_diff = max(abs(g[k] - w[k]) for g, w in zip(got, want) for k in w
+                      if isinstance(w[k], int | float))
+    weight_diff = max(float((t - ref[n]).abs().max()) for n, t in _weights(run).items())
+    print(f"resumed vs uninterrupted: {len(got)} iterations x {len(want[0]) - 1} metrics, "
+          f"max metric difference {metric_diff:.3g}, max weight difference {weight_diff:.3g}")
 
 
 @pytest.fixture(scope="module")
