@@ -261,3 +261,22 @@ def test_faults_around_swe_envs(tmp_path, tiny_policy_factory):
           f"{len(failed)} env errors, {sum(t.won for t in trajs)} won of {len(trajs)}")
     assert 0 < len(failed) == sum(engine.faults_injected.values()) == stats.env_errors
     assert all(t.won for t in trajs if not t.failed) and len(failed) < len(trajs)
+
+
+@pytest.mark.slow
+def test_kill_fault_on_textworld_and_alfworld_game_processes():
+    """The families that run games in child processes: `kill` finds the process, the step
+    fails as a crash, and the env plays again after a reset (a fresh child)."""
+    from tripod.envs.registry import make
+
+    for env_id in ("textworld/w2-o3-q4", "alfworld/generated"):
+        env = _faulty("kill", make(env_id))
+        pid = env.env._process.pid
+        with pytest.raises(EnvError, match="crashed during 'step'.*exit code -9"):
+            env.step("look")
+        assert env.env._process.pid is None
+        env.rate = 0.0
+        env.reset(0)
+        assert env.env._process.pid not in (None, pid)
+        assert isinstance(env.step("look").observation, str)
+        env.close()
