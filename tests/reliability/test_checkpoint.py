@@ -140,6 +140,29 @@ def test_full_disk_while_saving_keeps_the_last_good_checkpoint(run_copy, monkeyp
     verify_checkpoint(ckpts / "iter_000002")
 
 
+def test_a_real_write_error_keeps_the_last_good_checkpoint(run_copy, tiny_policy_factory):
+    """A real write error from the kernel, without root: a file-size limit (RLIMIT_FSIZE,
+    SIGXFSZ ignored) under the model's size makes the write fail with EFBIG inside
+    safetensors, which reports it as its own error type, not OSError."""
+    import resource
+    import signal
+
+    ckpts, policy = _ckpts(run_copy), tiny_policy_factory()
+    size = (ckpts / "iter_000002" / "model.safetensors").stat().st_size
+    soft, hard = resource.getrlimit(resource.RLIMIT_FSIZE)
+    handler = signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+    resource.setrlimit(resource.RLIMIT_FSIZE, (size // 2, hard))
+    try:
+        with pytest.raises(CheckpointError, match=r"exceeds the size limit.*last good "
+                           r"checkpoint is .*iter_000002"):
+            save_checkpoint(ckpts / "iter_000003", policy, {}, {"iteration": 3})
+    finally:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (soft, hard))
+        signal.signal(signal.SIGXFSZ, handler)
+    assert sorted(p.name for p in ckpts.iterdir()) == ["iter_000001", "iter_000002"]
+    verify_checkpoint(ckpts / "iter_000002")
+
+
 def test_overwriting_a_checkpoint_is_atomic(run_copy, tiny_policy_factory):
     """Saving under an existing name replaces it whole (no mix of old and new files)."""
     target = _ckpts(run_copy) / "iter_000002"

@@ -280,3 +280,15 @@ def test_kill_fault_on_textworld_and_alfworld_game_processes():
         assert env.env._process.pid not in (None, pid)
         assert isinstance(env.step("look").observation, str)
         env.close()
+
+
+def test_numpy_scalars_are_a_valid_step():
+    """Envs built on numpy may return its scalars: they are numbers, not a broken contract."""
+    import numpy as np
+
+    class Numpy:
+        def step(self, action):
+            return Step("ok", np.float32(0.5), np.bool_(False), np.bool_(False),
+                        StepInfo(score=np.float64(1.0), progress=np.float32(0.5)))
+
+    assert _checked_step(Numpy(), "go").reward == 0.5

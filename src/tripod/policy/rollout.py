@@ -20,6 +20,7 @@ training, as with the turn cap). Nothing is ever truncated silently.
 from __future__ import annotations
 
 import math
+import numbers
 import random
 import time
 from collections import Counter, deque
@@ -29,6 +30,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import torch
 
 from tripod.core.config import FaultsSection
@@ -369,7 +371,12 @@ def _check_text(obs: object, what: str) -> None:
 
 
 def _finite(x: object) -> bool:
-    return isinstance(x, int | float) and math.isfinite(x)
+    """A finite real number (numpy scalars included)."""
+    return isinstance(x, numbers.Real) and math.isfinite(x)
+
+
+def _boolean(x: object) -> bool:
+    return isinstance(x, bool | int | np.bool_)
 
 
 def _check_info(info: object, what: str) -> None:
@@ -403,7 +410,7 @@ def _checked_step(env: Env, action: str) -> Step:
     _check_text(step.observation, "observation")
     if not _finite(step.reward):
         raise EnvError(f"env broke its contract: reward {step.reward!r} is not a finite number")
-    if not all(isinstance(x, bool | int) for x in (step.terminated, step.truncated)):
+    if not (_boolean(step.terminated) and _boolean(step.truncated)):
         raise EnvError("env broke its contract: terminated / truncated are not booleans")
     _check_info(step.info, "step")
     return step

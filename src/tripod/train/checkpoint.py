@@ -33,6 +33,7 @@ from typing import Any
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from tripod.train.learner import TrainingStopped
@@ -194,15 +195,26 @@ def save_checkpoint(path: Path, policy, trainer_state: dict[str, Any],
         _write_files(tmp, path.name, policy, trainer_state, state)
         _maybe_die("before_rename", path.name)
         _swap_in(tmp, path)
-    except OSError as exc:
+    except (OSError, SafetensorError) as exc:  # safetensors reports I/O errors its own way
         shutil.rmtree(tmp, ignore_errors=True)
         last = latest_good(path.parent)
-        full = " (the disk is full)" if exc.errno in (errno.ENOSPC, errno.EDQUOT) else ""
         raise CheckpointError(
-            f"cannot write checkpoint {path}{full}: {exc}. The run stopped; the last good "
-            f"checkpoint is {last or 'none'}; free space and resume with --resume "
+            f"cannot write checkpoint {path}{_why(exc)}: {exc}. The run stopped; the last "
+            f"good checkpoint is {last or 'none'}; free space and resume with --resume "
             f"{path.parent.parent}") from exc
     return path
+
+
+def _why(exc: Exception) -> str:
+    """A plain-words reason for the usual write errors (ours or safetensors' 'os error N')."""
+    code = getattr(exc, "errno", None)
+    if code is None and (found := re.search(r"os error (\d+)", str(exc))):
+        code = int(found.group(1))
+    if code in (errno.ENOSPC, errno.EDQUOT):
+        return " (the disk is full)"
+    if code == errno.EFBIG:
+        return " (a file exceeds the size limit)"
+    return ""
 
 
 # -- reading ---------------------------------------------------------------------------------
