@@ -4,8 +4,9 @@ never a crash of another type or a hang (each test has a time limit).
 Targets: the text-game action parsers (`envs/base.py`), the SWE tool-call parser
 (`envs/swe/tools.py`), dotted overrides and recipe files (`core/config.py`), env ids
 (`envs/registry.py`, and `make` for the toy family) and trajectory files
-(`report/records.py`). Cases are derandomized (the same inputs every run); each test prints
-how many cases it ran (`pytest -s`), the figures in docs/reliability.md.
+(`report/records.py`). Cases are derandomized (a fixed seed; hypothesis still varies a few
+inputs between runs); each test prints how many cases it ran (`pytest -s`), the figures in
+docs/reliability.md.
 
 Gaps found by fuzzing in modules this suite does not own are counted separately
 (`KNOWN_GAPS`) and pinned by strict xfail tests at the end; each names the fix. When a fix
@@ -33,7 +34,7 @@ from tripod.envs.swe.tools import TOOLS, ToolCall, ToolCallError, parse_tool_cal
 from tripod.report.records import RecordError, iter_trajectories, write_trajectories
 
 CASES = 1000
-"""Examples per fuzz test (derandomized: the same inputs on every run)."""
+"""Examples per fuzz test."""
 
 FUZZ = settings(max_examples=CASES, deadline=None, derandomize=True, database=None,
                 suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much,

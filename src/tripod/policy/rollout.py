@@ -12,6 +12,12 @@ logprobs; training uses these ids, never a re-tokenization of decoded text. How 
 becomes an action is the env family's rule (`EnvFamily.action_parser`: the last command line
 for text games, one whole tool call for SWE), and the default instruction describes that rule.
 
+Env failures: every reset and step result is checked against the `Step` contract in its
+worker thread (malformed results become `EnvError`), and the envs of a turn share one
+deadline, so no step is waited for past `env_timeout_s`. An episode whose env raised, hung
+or broke the contract ends as an env error (marked, excluded from the loss, counted). Fault
+injection (`env.faults`, `envs/faults.py`) wraps each episode's env here, in `_acquire`.
+
 Context window: before each turn, an episode whose prompt plus `max_new_tokens` would not fit
 the model's context ends with `EpisodeEnd.CONTEXT_LIMIT` (counted; its turns are kept for
 training, as with the turn cap). Nothing is ever truncated silently.
