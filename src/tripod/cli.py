@@ -212,7 +212,8 @@ def _add_training_commands(sub: argparse._SubParsersAction) -> None:
         sp.add_argument("recipe")
         sp.add_argument("overrides", nargs="*")
         if name == "train":
-            sp.add_argument("--resume", help="checkpoint folder to resume from")
+            sp.add_argument("--resume", help="checkpoint folder, or run folder (its newest "
+                            "checkpoint that verifies), to resume from")
         sp.set_defaults(fn=fn)
 
     sw = sub.add_parser("sweep", help="run a recipe over a grid of settings (one study)")

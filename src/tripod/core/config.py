@@ -54,6 +54,23 @@ class ModelSection(_Section):
     """`cpu` or `cuda`. Training and sampling run in fp32 on CPU (bf16 is slower there)."""
 
 
+class FaultsSection(_Section):
+    rate: float = Field(0.0, ge=0.0, le=1.0)
+    """Share of env steps that fail on purpose (fault injection, `envs/faults.py`; 0: off).
+    For reliability tests and smoke runs, never for a study's numbers."""
+    kinds: list[Literal["raise", "hang", "garbage", "kill"]] = Field(
+        default_factory=lambda: ["raise", "hang", "garbage", "kill"], min_length=1)
+    """Faults drawn (uniformly) for a failing step: `raise` an exception, `hang` past
+    `rollout.env_timeout_s`, return `garbage` (None, wrong types, a 10 MB or invalid UTF-8
+    observation, a NaN reward), `kill` the env's child process."""
+    seed: int = 0
+    """Seeds which steps fail and how, together with each episode's sampling seed."""
+    splits: list[Literal["train", "sft", "valid", "test"]] = Field(
+        default_factory=lambda: ["train"])
+    """Game splits whose episodes get faults (training only by default: evaluations and
+    demonstrations play clean envs)."""
+
+
 class EnvSection(_Section):
     id: str = "textworld/w2-o3-q4"
     """Env id (see `tripod envs list`)."""
@@ -61,6 +78,8 @@ class EnvSection(_Section):
     """Turn cap per episode (12 for w2-o3-q4; 24 for larger games)."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Env-specific overrides passed to `tripod.envs.make`."""
+    faults: FaultsSection = Field(default_factory=FaultsSection)
+    """Fault injection on env steps (off unless `rate` > 0)."""
 
 
 class PromptSection(_Section):

@@ -12,6 +12,12 @@ logprobs; training uses these ids, never a re-tokenization of decoded text. How 
 becomes an action is the env family's rule (`EnvFamily.action_parser`: the last command line
 for text games, one whole tool call for SWE), and the default instruction describes that rule.
 
+Env failures: every reset and step result is checked against the `Step` contract in its
+worker thread (malformed results become `EnvError`), and the envs of a turn share one
+deadline, so no step is waited for past `env_timeout_s`. An episode whose env raised, hung
+or broke the contract ends as an env error (marked, excluded from the loss, counted). Fault
+injection (`env.faults`, `envs/faults.py`) wraps each episode's env here, in `_acquire`.
+
 Context window: before each turn, an episode whose prompt plus `max_new_tokens` would not fit
 the model's context ends with `EpisodeEnd.CONTEXT_LIMIT` (counted; its turns are kept for
 training, as with the turn cap). Nothing is ever truncated silently.
@@ -19,20 +25,25 @@ training, as with the turn cap). Nothing is ever truncated silently.
 
 from __future__ import annotations
 
+import math
+import numbers
 import random
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
 import torch
 
+from tripod.core.config import FaultsSection
 from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
 from tripod.envs import Env, Step
-from tripod.envs.base import StepInfo, last_line_action
+from tripod.envs.base import EnvError, StepInfo, last_line_action
+from tripod.envs.faults import FaultyEnv, unwrap
 from tripod.envs.play import ExpertPolicy, RandomPolicy, ScriptedAction, ScriptedPolicy
 from tripod.envs.pool import EnvPool, close_quietly
 from tripod.envs.registry import family_of
@@ -62,6 +73,7 @@ class RolloutConfig:
     truncated_action: Literal["end", "step"] = "end"      # rollout.truncated_action
     prompt: PromptConfig = field(default_factory=PromptConfig)   # prompt.*
     env_options: dict = field(default_factory=dict)       # env.options
+    faults: FaultsSection | None = None                   # env.faults
 
 
 @dataclass
@@ -123,6 +135,8 @@ class RolloutEngine:
         self.context_length: int | None = getattr(
             policy.model.config, "max_position_embeddings", None)
         """Longest sequence the model takes (prompt + reply); None: unchecked."""
+        self.faults_injected: Counter[str] = Counter()
+        """Faults injected by `env.faults` so far, by kind (each one ended its episode)."""
 
     def close(self) -> None:
         """Close the envs of the pool this engine owns (a shared pool is its owner's)."""
@@ -177,7 +191,8 @@ class RolloutEngine:
                       scripted=actor(job) if actor else None)
         try:
             ep.env = self._acquire(job)
-            obs, info = pool.submit(ep.env.reset, job.game_index).result(self.cfg.env_timeout_s)
+            obs, info = pool.submit(_checked_reset, ep.env, job.game_index).result(
+                self.cfg.env_timeout_s)
         except Exception as exc:  # a broken env must not take the run down: mark and count
             traj.end, traj.error = EpisodeEnd.ENV_ERROR, f"reset failed: {_describe(exc)}"
             ep.done = True
@@ -202,8 +217,15 @@ class RolloutEngine:
 
     def _acquire(self, job: EpisodeJob) -> Env:
         if self.env_factory is not None:
-            return self.env_factory(job)
-        return self.pool.acquire(job.env_id, job.split, self.cfg.env_options)
+            env = self.env_factory(job)
+        else:
+            env = self.pool.acquire(job.env_id, job.split, self.cfg.env_options)
+        faults = self.cfg.faults
+        if faults is None or faults.rate == 0 or job.split not in faults.splits:
+            return env
+        # the one place faults enter: per episode, seeded by the episode (issue 12)
+        return FaultyEnv(env, faults.rate, faults.kinds, f"{faults.seed}:{job.sample_seed}",
+                         hang_s=10 * self.cfg.env_timeout_s)
 
     def _messages(self, ep: _Episode) -> list[dict[str, str]]:
         return build_messages(ep.prompt, ep.traj.objective, ep.traj.first_observation,
@@ -212,10 +234,13 @@ class RolloutEngine:
     def _release(self, ep: _Episode) -> None:
         if ep.env is None:
             return
+        if isinstance(ep.env, FaultyEnv):
+            self.faults_injected.update(ep.env.injected)
         if self.env_factory is not None:
             close_quietly(ep.env)
-        else:
-            self.pool.release(ep.env, ep.job.env_id, ep.job.split, self.cfg.env_options,
+        else:  # a failed env is closed (with its fault wrapper: a hung step returns)
+            env = ep.env if ep.traj.failed else unwrap(ep.env)
+            self.pool.release(env, ep.job.env_id, ep.job.split, self.cfg.env_options,
                               healthy=not ep.traj.failed)
 
     def _end_over_context(self, active: list[_Episode], sampling: SamplingParams,
@@ -252,9 +277,11 @@ class RolloutEngine:
         stats.generated_tokens += sum(len(s.ids) for s in samples)
         texts = [self.policy.tokenizer.decode(s.ids, skip_special_tokens=True) for s in samples]
         actions = [ep.parse(t) for ep, t in zip(active, texts)]
-        futures = {i: pool.submit(ep.env.step, actions[i])
+        futures = {i: pool.submit(_checked_step, ep.env, actions[i])
                    for i, (ep, s) in enumerate(zip(active, samples))
                    if s.ended or self.cfg.truncated_action == "step"}
+        # one deadline for the whole turn: no step is waited for past the time-out
+        deadline = time.monotonic() + self.cfg.env_timeout_s
         for i, (ep, sample) in enumerate(zip(active, samples)):
             prompt_ids = list(ep.context)
             ep.context.extend(sample.ids)
@@ -264,7 +291,7 @@ class RolloutEngine:
                 continue
             stats.env_steps += 1
             try:
-                step = futures[i].result(timeout=self.cfg.env_timeout_s)
+                step = futures[i].result(timeout=max(0.0, deadline - time.monotonic()))
             except Exception as exc:
                 self._record(ep, prompt_ids, sample, actions[i], None, TurnStatus.ENV_ERROR)
                 ep.traj.end, ep.traj.error, ep.done = EpisodeEnd.ENV_ERROR, _describe(exc), True
@@ -328,7 +355,71 @@ def random_actor() -> ScriptedFactory:
 def _describe(exc: BaseException) -> str:
     if isinstance(exc, FutureTimeout):
         return "env step timed out"
-    return f"{type(exc).__name__}: {exc}"
+    return f"{type(exc).__name__}: {str(exc)[:10_000]}"  # an odd env may say megabytes
+
+
+MAX_OBSERVATION_CHARS = 1_000_000
+"""An observation longer than this is an env error, not text for the prompt (a broken env
+can return megabytes; no model context holds them)."""
+
+
+def _check_text(obs: object, what: str) -> None:
+    if not isinstance(obs, str):
+        raise EnvError(f"env broke its contract: {what} is a {type(obs).__name__}, not str")
+    if len(obs) > MAX_OBSERVATION_CHARS:
+        raise EnvError(f"env broke its contract: {what} has {len(obs)} characters "
+                       f"(limit {MAX_OBSERVATION_CHARS})")
+    try:
+        obs.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise EnvError(f"env broke its contract: {what} is not valid UTF-8 ({exc.reason} at "
+                       f"character {exc.start})") from None
+
+
+def _finite(x: object) -> bool:
+    """A finite real number (numpy scalars included)."""
+    return isinstance(x, numbers.Real) and math.isfinite(x)
+
+
+def _boolean(x: object) -> bool:
+    return isinstance(x, bool | int | np.bool_)
+
+
+def _check_info(info: object, what: str) -> None:
+    if not isinstance(info, StepInfo):
+        raise EnvError(f"env broke its contract: {what} info is a {type(info).__name__}, "
+                       "not StepInfo")
+    bad = [k for k in ("score", "max_score", "progress") if not _finite(getattr(info, k))]
+    if bad:
+        raise EnvError(f"env broke its contract: {what} info.{bad[0]} is not a finite number")
+
+
+def _checked_reset(env: Env, game_index: int) -> tuple[str, StepInfo]:
+    """`env.reset`, with a malformed result turned into `EnvError` (runs in a worker
+    thread, so a huge or odd result is inspected off the main thread)."""
+    out = env.reset(game_index)
+    if not isinstance(out, tuple) or len(out) != 2:
+        raise EnvError(f"env broke its contract: reset returned a {type(out).__name__}, "
+                       "not (observation, info)")
+    _check_text(out[0], "reset observation")
+    _check_info(out[1], "reset")
+    return out
+
+
+def _checked_step(env: Env, action: str) -> Step:
+    """`env.step`, with a result that breaks the `Step` contract (None, wrong types, a
+    non-finite reward, a huge or invalid UTF-8 observation) turned into `EnvError`."""
+    step = env.step(action)
+    if not isinstance(step, Step):
+        raise EnvError(f"env broke its contract: step returned a {type(step).__name__}, "
+                       "not a Step")
+    _check_text(step.observation, "observation")
+    if not _finite(step.reward):
+        raise EnvError(f"env broke its contract: reward {step.reward!r} is not a finite number")
+    if not (_boolean(step.terminated) and _boolean(step.truncated)):
+        raise EnvError("env broke its contract: terminated / truncated are not booleans")
+    _check_info(step.info, "step")
+    return step
 
 
 def make_jobs(env_id: str, split: str, games: list[int], group_size: int,

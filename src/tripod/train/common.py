@@ -28,7 +28,8 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutCon
                          batch_size=cfg.rollout.batch_size,
                          env_timeout_s=cfg.rollout.env_timeout_s,
                          truncated_action=cfg.rollout.truncated_action,
-                         prompt=cfg.prompt.model_copy(), env_options=dict(cfg.env.options))
+                         prompt=cfg.prompt.model_copy(), env_options=dict(cfg.env.options),
+                         faults=cfg.env.faults)
 
 
 def sampling_params(section) -> SamplingParams:

@@ -41,7 +41,13 @@ from tripod.report.records import (
 )
 from tripod.rewards.shaping import turn_rewards
 from tripod.train.batch import TrainBatch, collate, trainable_episodes, trajectory_rows
-from tripod.train.checkpoint import load_trainer_state, save_checkpoint, set_rng_state
+from tripod.train.checkpoint import (
+    drop_records_after,
+    load_trainer_state,
+    resolve_resume,
+    save_checkpoint,
+    set_rng_state,
+)
 from tripod.train.common import (
     MetricLogger,
     prepare_run_dir,
@@ -219,12 +225,15 @@ class RLResult:
 
 def _start(cfg: TrainConfig, policy: Policy | None, resume: Path | None,
            parallel: Parallel) -> tuple[Learner, int]:
-    """The learner, at iteration 0 or restored from the checkpoint `resume`."""
+    """The learner, at iteration 0 or restored from the checkpoint `resume` (already
+    resolved: a verified checkpoint folder)."""
     if resume is None:
         return build_learner(cfg, policy, parallel), 0
     if parallel.fsdp:
         raise ValueError("resuming an FSDP run is not supported yet (docs/scale.md)")
     trainer_state, state = load_trainer_state(resume)
+    if parallel.is_main:  # iterations logged after this checkpoint by a killed run are replayed
+        drop_records_after(cfg.run_dir / "metrics.jsonl", state["iteration"])
     learner = build_learner(cfg, load_policy(str(resume), device=cfg.model.device), parallel)
     learner.load_state_dict(trainer_state)
     set_rng_state(trainer_state["rng"])
@@ -233,15 +242,16 @@ def _start(cfg: TrainConfig, policy: Policy | None, resume: Path | None,
 
 def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None = None,
              quiet: bool = False, pool: EnvPool | None = None) -> RLResult:
-    """Run RL iterations as configured; resume from `resume` (a checkpoint folder) if given.
-    `pool` shares envs with the rest of a run (the pipeline's); without one, the loop owns
-    its envs. Launched by torchrun, every rank runs this loop (data-parallel); rank 0
-    alone evaluates, logs and saves."""
+    """Run RL iterations as configured; resume from `resume` if given: a checkpoint folder,
+    or a run folder (its newest checkpoint that verifies). `pool` shares envs with the rest
+    of a run (the pipeline's); without one, the loop owns its envs. Launched by torchrun,
+    every rank runs this loop (data-parallel); rank 0 alone evaluates, logs and saves."""
     parallel, cfg = _join(cfg)
     if cfg.cluster.overlap and parallel.enabled:
         raise ValueError("cluster.overlap runs in one process for now (not under torchrun)")
     quiet = quiet or not parallel.is_main
     seed_everything(cfg.run.seed)
+    resume = resolve_resume(resume) if resume is not None else None
     run_dir = prepare_run_dir(cfg) if parallel.is_main else cfg.run_dir
     learner, start_iter = _start(cfg, policy, resume, parallel)
     own_pool = pool is None
