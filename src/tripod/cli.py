@@ -4,6 +4,7 @@ inspect, study, budget."""
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 from pathlib import Path
@@ -265,6 +266,13 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except RunStopped as exc:  # the run stopped itself and says why (no traceback)
         print(f"error: {exc}", file=sys.stderr)
+        return 1
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        where = exc.filename or "a run file"
+        print(f"error: disk full while writing {where}; the last checkpoint is intact: free "
+              f"space, then resume with --resume RUN_DIR", file=sys.stderr)
         return 1
 
 

@@ -23,6 +23,6 @@ def test_quickstart_small_budget(tmp_path):
     assert results["sft_train"]["demos"] == 6 and results["sft_train"]["tokens"] > 0
     assert len(results["rl_history"]) == 1
     assert (run / "sft" / "model.safetensors").exists()
-    assert (run / "checkpoints" / "iter_000001" / "trainer.pt").exists()
+    assert (run / "checkpoints" / "iter_000001" / "trainer.safetensors").exists()
     lines = (run / "metrics.jsonl").read_text().splitlines()
     assert "success_rate" in json.loads(lines[0])

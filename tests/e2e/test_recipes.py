@@ -59,7 +59,7 @@ def test_recipe_runs_end_to_end(tmp_path, name):
     if cfg.algo.kl_coef > 0:
         assert all("kl" in h for h in history)
     assert any("valid_success_rate" in h for h in history)
-    assert (run / "checkpoints" / "iter_000002" / "trainer.pt").exists()
+    assert (run / "checkpoints" / "iter_000002" / "trainer.safetensors").exists()
     from tripod.report.records import read_trajectories
 
     recorded = read_trajectories(run / "trajectories" / "iter_000002.jsonl.gz")

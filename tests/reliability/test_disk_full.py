@@ -79,3 +79,27 @@ def test_full_disk_while_logging_metrics_keeps_the_last_checkpoint(tmp_path, mon
     monkeypatch.setattr(MetricLogger, "log", real_log)
     result = train_rl(cfg, resume=cfg.run_dir, quiet=True)
     assert [h["iteration"] for h in result.history] == [2]
+
+
+def test_full_disk_while_logging_metrics_is_one_line_from_the_cli(tmp_path, monkeypatch,
+                                                                   capsys):
+    """Through `tripod train`: exit 1, one line naming the file and how to resume, no
+    traceback (any other OSError still propagates)."""
+    from tripod.cli import main
+
+    real_log = MetricLogger.log
+
+    def log(self, step, metrics, prefix=""):
+        if step == 1:
+            raise _enospc(self.path)
+        return real_log(self, step, metrics, prefix)
+
+    monkeypatch.setattr(MetricLogger, "log", log)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text("{}\n")
+    args = ["train", str(recipe), *TINY, f"run.out_dir={tmp_path}", "run.name=full",
+            "train.iterations=1", "eval.games=1", "eval.before_training=false"]
+    assert main(args) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    assert "disk full while writing" in err and "metrics.jsonl" in err and "--resume" in err

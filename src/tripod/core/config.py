@@ -342,7 +342,12 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         if "=" not in item:
             raise ConfigError(f"override {item!r} must look like section.key=value")
         key, raw = item.split("=", 1)
-        _set_dotted(data, key.strip(), yaml.safe_load(raw) if raw else "")
+        try:
+            value = yaml.safe_load(raw) if raw else ""
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"override {item!r}: the value is not valid YAML "
+                              f"({str(exc).splitlines()[0]})") from None
+        _set_dotted(data, key.strip(), value)
     return data
 
 
@@ -358,7 +363,10 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
     """Load a recipe (YAML), apply dotted overrides, validate. Errors name the key."""
     data: dict[str, Any] = dict(base or {})
     if path is not None:
-        loaded = yaml.safe_load(Path(path).read_text()) or {}
+        try:
+            loaded = yaml.safe_load(Path(path).read_text(encoding="utf-8")) or {}
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path}: not a YAML recipe ({str(exc).splitlines()[0]})") from None
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: a recipe must be a mapping of sections")
         data = _merge(data, loaded)

@@ -37,6 +37,9 @@ class LettersEnv:
                  vocabulary: int = 26) -> None:
         if not 1 <= vocabulary <= len(_WORDS):
             raise ValueError(f"vocabulary must be in [1, {len(_WORDS)}], got {vocabulary}")
+        if not 1 <= turns <= len(_WORDS):
+            raise ValueError(f"{env_id}: the toy task has 1 to {len(_WORDS)} turns (one letter "
+                             f"of the alphabet each), got {turns}")
         self.env_id, self.split, self.turns = env_id, split, turns
         self.words = list(_WORDS.values())[:max(vocabulary, turns)]
         self.targets = string.ascii_lowercase[:turns]

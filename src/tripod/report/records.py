@@ -368,6 +368,9 @@ def iter_trajectories(path: str | Path) -> Iterator[EpisodeRecord]:
             raise RecordError(f"{path}: line {lineno}: missing field {exc.args[0]!r}") from exc
         except (ValueError, TypeError, AttributeError) as exc:  # JSONDecodeError included
             raise RecordError(f"{path}: line {lineno}: {exc}") from exc
+        except (OverflowError, RecursionError) as exc:  # a number too big, nesting too deep
+            raise RecordError(f"{path}: line {lineno}: {type(exc).__name__}: "
+                              f"{str(exc)[:200]}") from None
 
 
 def read_trajectories(path: str | Path) -> list[EpisodeRecord]:
