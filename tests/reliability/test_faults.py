@@ -229,6 +229,8 @@ def test_a_training_run_with_10_percent_faulty_steps_completes(tmp_path, tiny_po
           f"dropped from the loss with their groups")
     assert errors > 0 and result.final_checkpoint.exists()
     assert all(h.get("skipped_updates", 0) == 0 for h in result.history)
+    # every injected fault ended its episode: the loop's count equals the env errors
+    assert sum(h["faults_injected"] for h in result.history) == errors
 
 
 def test_faults_around_swe_envs(tmp_path, tiny_policy_factory):

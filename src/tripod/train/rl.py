@@ -79,14 +79,18 @@ def collect(engine: RolloutEngine, cfg: TrainConfig, iteration: int,
     jobs = make_jobs(cfg.env.id, "train", iteration_games(cfg, iteration),
                      cfg.rollout.group_size, seed=cfg.run.seed * 100_003 + iteration)
     mine = set(parallel.share(sorted({j.group_id for j in jobs})))
+    faults_before = sum(engine.faults_injected.values())
     trajs, stats = engine.collect([j for j in jobs if j.group_id in mine],
                                   sampling_params(cfg.rollout.train))
-    parts = parallel.gather([(trajs, stats.generated_tokens, stats.seconds)])
+    faults = sum(engine.faults_injected.values()) - faults_before
+    parts = parallel.gather([(trajs, stats.generated_tokens, stats.seconds, faults)])
     by_id = {t.job.episode_id: t for (part,) in parts for t in part[0]}
     seconds = max(part[2] for (part,) in parts)
     tokens = sum(part[1] for (part,) in parts)
-    return ([by_id[j.episode_id] for j in jobs],
-            {"rollout_s": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)})
+    metrics = {"rollout_s": seconds, "tokens_per_s": tokens / max(seconds, 1e-9)}
+    if cfg.env.faults.rate > 0:  # fault injection on: how many this iteration (all ranks)
+        metrics["faults_injected"] = float(sum(part[3] for (part,) in parts))
+    return [by_id[j.episode_id] for j in jobs], metrics
 
 
 def stop_if_nothing_ran(trajs: list[Trajectory], iteration: int) -> None:
