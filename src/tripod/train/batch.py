@@ -211,6 +211,23 @@ def collate(rows: list[Row], pad_id: int) -> TrainBatch:
     )
 
 
+def decoder_mask(attention_mask: Tensor) -> Tensor | None:
+    """The attention mask a causal decoder needs for a batch: None when every row is right-
+    padded (1s then 0s), as `collate` makes them.
+
+    In a causal decoder a real token attends only to earlier positions, all real in a right-
+    padded row, and its positions are 0..t either way; so dropping the mask changes nothing at
+    real positions (pad positions get other values, and no loss reads them). Without a mask,
+    PyTorch's SDPA takes its causal flash kernel, which never materialises the [B, heads, T,
+    T] attention probabilities; with a padding mask it falls back to the math kernel, and
+    backward keeps those probabilities for every layer (about 10 GB for 4 rows of 1,500
+    tokens in SmolLM2-135M's 30 layers)."""
+    lengths = attention_mask.sum(dim=1, keepdim=True)                        # [B, 1]
+    positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
+    right_padded = torch.equal(attention_mask.bool(), positions[None, :] < lengths)
+    return None if right_padded else attention_mask
+
+
 def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
                    temperature: float = 1.0, loss_mask: Tensor | None = None,
                    with_entropy: bool = False, with_hidden: bool = False):
@@ -224,8 +241,9 @@ def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
     (the entropy is the tempered distribution's too). Non-finite logits give non-finite
     logprobs (log-softmax of finite logits is finite), which the learner checks.
     """
-    hidden = model.get_decoder()(input_ids=input_ids,
-                                 attention_mask=attention_mask).last_hidden_state  # [B, T, H]
+    hidden = model.get_decoder()(
+        input_ids=input_ids, attention_mask=decoder_mask(attention_mask)).last_hidden_state
+    # hidden: [B, T, H]
     if loss_mask is None:
         loss_mask = attention_mask.clone()
         loss_mask[:, 0] = 0

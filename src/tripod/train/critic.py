@@ -13,6 +13,8 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
+from tripod.train.batch import decoder_mask
+
 
 def _backbone(model: PreTrainedModel) -> nn.Module:
     base = model.get_base_model() if hasattr(model, "get_base_model") else model
@@ -40,7 +42,8 @@ class Critic(nn.Module):
         """Values [B, T] aligned with input_ids (0 at position 0)."""
         if self.backbone is not None:
             hidden = self.backbone(input_ids=input_ids,
-                                   attention_mask=attention_mask).last_hidden_state
+                                   attention_mask=decoder_mask(attention_mask)
+                                   ).last_hidden_state
         if hidden is None:
             raise ValueError("a shared critic needs the policy's hidden states")
         values = self.head(hidden[:, :-1].float())[..., 0]                  # [B, T-1]

@@ -38,7 +38,7 @@ from tripod.algos.losses import (
 )
 from tripod.core.config import TrainConfig
 from tripod.policy.models import Policy, load_policy
-from tripod.train.batch import TrainBatch, token_logprobs
+from tripod.train.batch import TrainBatch, decoder_mask, token_logprobs
 from tripod.train.common import chunks
 from tripod.train.critic import Critic
 from tripod.train.distributed import Parallel, full_state_dict, shard_layers
@@ -286,7 +286,8 @@ def on_device(mb: TrainBatch, device: torch.device) -> TrainBatch:
 def _values(learner: Learner, mb: TrainBatch, hidden: Tensor | None = None) -> Tensor:
     if learner.shared_critic and hidden is None:
         hidden = learner.policy.model.get_decoder()(
-            input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+            input_ids=mb.input_ids, attention_mask=decoder_mask(mb.attention_mask)
+        ).last_hidden_state
     return learner.critic(mb.input_ids, mb.attention_mask, hidden)
 
 
