@@ -89,6 +89,23 @@ def sft_loss(policy: Policy, batch: TrainBatch) -> tuple[torch.Tensor, int]:
     return -(logp * mask).sum(), int(mask.sum())
 
 
+def sft_step(policy: Policy, rows: list[Row], cfg: TrainConfig, opt: torch.optim.Optimizer,
+             params: list[torch.nn.Parameter]) -> tuple[float, int]:
+    """One optimizer step on `rows`: the token-mean NLL over all their agent tokens, its
+    gradient accumulated over micro-batches of `sft.micro_batch_size` rows (each micro-batch's
+    summed NLL divided by the whole step's token count). Returns (loss, agent tokens)."""
+    n = sum(sum(r.loss_mask) for r in rows)
+    opt.zero_grad(set_to_none=True)
+    total = 0.0
+    for part in chunks(list(range(len(rows))), cfg.sft.micro_batch_size):
+        nll, _ = sft_loss(policy, collate([rows[i] for i in part], policy.pad_token_id))
+        (nll / max(n, 1)).backward()
+        total += float(nll.detach())
+    torch.nn.utils.clip_grad_norm_(params, cfg.algo.grad_clip)
+    opt.step()
+    return total / max(n, 1), n
+
+
 def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
               out_dir: Path | None = None) -> SFTResult:
     """Fine-tune on demonstration rows (token-mean NLL over agent tokens)."""
@@ -106,14 +123,8 @@ def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
         for _ in range(cfg.sft.epochs):
             order = torch.randperm(len(rows), generator=gen).tolist()
             for idx in chunks(order, cfg.sft.batch_size):
-                batch = collate([rows[i] for i in idx], policy.pad_token_id)
-                nll, n = sft_loss(policy, batch)
-                loss = nll / max(n, 1)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, cfg.algo.grad_clip)
-                opt.step()
-                losses.append(float(loss.detach()))
+                loss, n = sft_step(policy, [rows[i] for i in idx], cfg, opt, params)
+                losses.append(loss)
                 tokens += n
                 progress.update(task, advance=1, description=f"SFT loss {loss:.3f}")
     model.eval()
