@@ -49,10 +49,11 @@ def test_report_of_a_tiny_run(run_copy, capsys):
     assert not re.search(r'(src|href)\s*=\s*["\']?(https?:)?//', page)
     assert "@import" not in page and "<link" not in page
     sets = _payload(page)["sets"]
-    assert [s["label"] for s in sets] == ["eval/final \u00b7 iteration 2",
+    assert [s["label"] for s in sets] == ["eval/base \u00b7 iteration 0",
+                                          "eval/final \u00b7 iteration 0",
                                           "train \u00b7 iteration 1", "train \u00b7 iteration 2"]
-    assert _payload(page)["initial"] == 2  # opens on the latest training iteration
-    tokens = sets[2]["episodes"][0]["turns"][0]["tokens"]
+    assert _payload(page)["initial"] == 3  # opens on the latest training iteration
+    tokens = sets[3]["episodes"][0]["turns"][0]["tokens"]
     assert set(tokens) == {"ids", "text", "logprobs", "loss_mask", "trainer_logprobs",
                            "advantages"}
 
@@ -81,7 +82,7 @@ def test_damaged_inputs_become_warnings(run_copy):
     page = build_report(run_copy).read_text()
     assert "metrics.jsonl: line 3 skipped" in page
     assert "iter_000003.jsonl: line 2:" in page
-    assert len(_payload(page)["sets"]) == 3  # the readable files are still shown
+    assert len(_payload(page)["sets"]) == 4  # the readable files are still shown
 
 
 def test_study_directory_lists_runs_tables_and_plots(run_copy, tmp_path):
