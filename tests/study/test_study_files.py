@@ -45,7 +45,7 @@ def test_study_file_expands_into_valid_runs(tmp_path, path, smoke):
 def test_dry_run_from_the_command_line(capsys):
     assert main(["study", "05-algorithms", "--dry-run"]) == 0
     out = capsys.readouterr().out
-    assert "study algorithms: 16 runs (0 finished)" in out
+    assert "study algorithms: 18 runs (0 finished)" in out
     assert out.count("would run") == 16
 
 
