@@ -46,7 +46,7 @@ def test_dry_run_from_the_command_line(capsys):
     assert main(["study", "05-algorithms", "--dry-run"]) == 0
     out = capsys.readouterr().out
     assert "study algorithms: 18 runs (0 finished)" in out
-    assert out.count("would run") == 16
+    assert out.count("would run") == 18
 
 
 def test_the_budget_study_is_what_tripod_budget_writes(tmp_path):
