@@ -173,9 +173,13 @@ def test_turn_state_keys_follow_observations_and_skip_invalid_actions() -> None:
                   ("kitchen", TurnStatus.OK), ("hall", TurnStatus.OK)])
     keys = turn_state_keys(traj)
     # turn 0 acts from the first observation; turn 2 acts after an invalid action: still in
-    # the hall (not in the state "I don't understand"); turn 3 is back in the kitchen.
-    assert keys == [state_key("kitchen"), state_key("hall"), state_key("hall"),
-                    state_key("kitchen")]
+    # the hall after one effective action (not in the state "I don't understand"); turn 3
+    # is back in the kitchen, but after two effective actions: another key than turn 0's.
+    assert keys == [state_key("0\nkitchen"), state_key("1\nhall"), state_key("1\nhall"),
+                    state_key("2\nkitchen")]
+    assert len(set(keys)) == 3
+    other = _traj([("hall", TurnStatus.OK), ("kitchen", TurnStatus.OK)])
+    assert turn_state_keys(other)[:2] == keys[:2]  # same path so far, same keys
     assert state_key("hall") == state_key("hall") != state_key("Hall")
     assert 0 <= state_key("\udcff invalid surrogate") < 2**63
 
