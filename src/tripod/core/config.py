@@ -220,8 +220,9 @@ class SFTSection(_Section):
     """Demonstration rows per optimizer step."""
     micro_batch_size: int = Field(1, ge=1)
     """Rows per forward/backward pass, gradients accumulated over the step's rows (same
-    update, float rounding aside). Activations, not weights, dominate SFT memory on CPU:
-    one 1,500-token row of SmolLM2-135M keeps about 2 GB for backward."""
+    update, float rounding aside). Activations grow with rows x tokens: a forward + backward
+    of 2 rows x 1,024 tokens of SmolLM2-135M peaked at 4.5 GB resident
+    (`benchmarks/attention_memory.py`), and a 4-row SFT step of the quickstart at 8.9 GB."""
     max_turns: int | None = None
     """Turn cap for demonstrations (defaults to env.max_turns)."""
     env_options: dict[str, Any] = Field(default_factory=dict)
