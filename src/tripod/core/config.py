@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from tripod.core.estimators import ESTIMATORS
 
@@ -258,6 +258,22 @@ class TrainSection(_Section):
     trajectory_groups: int = Field(2, ge=-1)
     """Groups of each iteration's episodes saved token by token under
     `RUN_DIR/trajectories/` for `tripod report` / `tripod inspect` (-1: all, 0: none)."""
+    budget_min: float | None = Field(None, gt=0)
+    """Wall-clock budget in minutes, counted from when the run's games exist (demonstrations,
+    SFT and RL count; game generation and the final evaluation do not): RL stops early at
+    the first iteration after which one more, as long as the last, would pass it. None: run
+    `iterations` whatever the time."""
+    snapshots_min: list[float] = Field(default_factory=list)
+    """Minutes (on the same clock) at which to keep the policy: each gets the policy as it
+    was at the last boundary (start, end of SFT, end of an RL iteration) at or before that
+    minute, saved as a checkpoint under `RUN_DIR/snapshots/Mmin` (`tripod eval` reads it)."""
+
+    @field_validator("snapshots_min")
+    @classmethod
+    def _positive_minutes(cls, v: list[float]) -> list[float]:
+        if any(m <= 0 for m in v):
+            raise ValueError(f"snapshot minutes must be > 0, got {v}")
+        return sorted(set(v))
 
 
 class ClusterSection(_Section):

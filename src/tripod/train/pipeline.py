@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -22,6 +24,7 @@ from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
 from tripod.report.html import build_report
 from tripod.report.records import TRAJECTORY_DIR, eval_path, write_trajectories
+from tripod.train.clock import RunClock
 from tripod.train.common import prepare_run_dir, rollout_config, sampling_params, seed_everything
 from tripod.train.rl import train_rl
 from tripod.train.sft import collect_demonstrations, demo_rows, train_sft
@@ -98,14 +101,19 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
     console.print(f"run directory: {run_dir}")
     prepare_games(cfg)
     results: dict = {"run_dir": str(run_dir)}
+    clock = RunClock(cfg) if resume is None else None   # a resumed run's minutes are unknown
     with open_pool(cfg.cluster) as pool:
-        policy = None if resume is not None else sft_stage(cfg, results, pool)
+        policy = None if resume is not None else sft_stage(cfg, results, pool, clock)
         final_stage = "sft" if cfg.train.iterations == 0 else "final"
         if cfg.train.iterations > 0:
-            rl = train_rl(cfg, policy=policy, resume=resume, pool=pool)
+            rl = train_rl(cfg, policy=policy, resume=resume, pool=pool, clock=clock)
             results["rl_history"] = rl.history
+            results["rl_iterations"] = rl.iterations
             results["checkpoint"] = str(rl.final_checkpoint)
             policy = rl.policy
+        if clock is not None:
+            results["train_minutes"] = round(clock.minutes(), 2)
+            results["snapshots"] = clock.finish(policy, final_stage)
         if final_stage == "final" or not cfg.eval.before_training:
             evaluate_all(final_stage, policy, cfg, results, pool)
     results["seconds"] = time.perf_counter() - start
@@ -117,11 +125,16 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
     return results
 
 
-def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool) -> Policy:
-    """Load the start model, evaluate it, and (if the recipe asks) SFT it and evaluate again."""
+def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
+              clock: RunClock | None = None) -> Policy:
+    """Load the start model, evaluate it, and (if the recipe asks) SFT it and evaluate again.
+    Evaluations stop the run's clock (`clock.paused`): they are not training time."""
     policy = load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
     if cfg.eval.before_training:
-        evaluate_all("base", policy, cfg, results, pool)
+        with _paused(clock):
+            evaluate_all("base", policy, cfg, results, pool)
+    if clock is not None:
+        clock.boundary(policy, "start")
     if not cfg.sft.enabled:
         return policy
     t0 = time.perf_counter()
@@ -131,9 +144,21 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool) -> Policy:
                   f"final loss {sft.final_loss:.3f} ({time.perf_counter() - t0:.0f}s)")
     results["sft_train"] = {"demos": len(demos), "tokens": sft.tokens,
                             "final_loss": sft.final_loss, "seconds": sft.seconds}
+    if clock is not None:
+        clock.boundary(policy, "sft")
     if cfg.eval.before_training:
-        evaluate_all("sft", policy, cfg, results, pool)
+        with _paused(clock):
+            evaluate_all("sft", policy, cfg, results, pool)
     return policy
+
+
+@contextmanager
+def _paused(clock: RunClock | None) -> Iterator[None]:
+    if clock is None:
+        yield
+        return
+    with clock.paused():
+        yield
 
 
 def print_table(results: dict) -> None:

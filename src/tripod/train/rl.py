@@ -12,6 +12,7 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -48,6 +49,7 @@ from tripod.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
+from tripod.train.clock import RunClock
 from tripod.train.common import (
     MetricLogger,
     prepare_run_dir,
@@ -245,11 +247,14 @@ def _start(cfg: TrainConfig, policy: Policy | None, resume: Path | None,
 
 
 def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None = None,
-             quiet: bool = False, pool: EnvPool | None = None) -> RLResult:
+             quiet: bool = False, pool: EnvPool | None = None,
+             clock: RunClock | None = None) -> RLResult:
     """Run RL iterations as configured; resume from `resume` if given: a checkpoint folder,
     or a run folder (its newest checkpoint that verifies). `pool` shares envs with the rest
-    of a run (the pipeline's); without one, the loop owns its envs. Launched by torchrun,
-    every rank runs this loop (data-parallel); rank 0 alone evaluates, logs and saves."""
+    of a run (the pipeline's); without one, the loop owns its envs. `clock` (the run's
+    wall-clock budget) may end RL before `train.iterations` and keeps the milestone
+    snapshots. Launched by torchrun, every rank runs this loop (data-parallel); rank 0 alone
+    evaluates, logs and saves."""
     parallel, cfg = _join(cfg)
     if cfg.cluster.overlap and parallel.enabled:
         raise ValueError("cluster.overlap runs in one process for now (not under torchrun)")
@@ -267,7 +272,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     logger = (MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
               if parallel.is_main else None)
     history: list[dict] = []
-    ckpt, saved_at = resume, start_iter
+    ckpt, saved_at, done = resume, start_iter, start_iter
     bar = _progress(quiet)
     task = bar.add_task("iterating", total=cfg.train.iterations, completed=start_iter)
     bar.start()
@@ -275,7 +280,8 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
         for it, metrics in iterations(learner, engine, start_iter, cfg.train.iterations):
             evaluating = cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0
             if evaluating and parallel.is_main:
-                metrics.update(validate(learner, eval_engine))       # evaluate
+                with clock.paused() if clock is not None else nullcontext():
+                    metrics.update(validate(learner, eval_engine))   # evaluate
             if logger is not None:
                 logger.log(it + 1, metrics)                          # log
             history.append({"iteration": it + 1, **metrics})
@@ -283,16 +289,30 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
             if cfg.train.checkpoint_every and (it + 1) % cfg.train.checkpoint_every == 0:
                 ckpt, saved_at = _save(learner, run_dir, it + 1), it + 1   # save
             bar.update(task, advance=1, description=f"last success {metrics['success_rate']:.0%}")
+            done = it + 1
+            if clock is not None and _out_of_time(clock, learner, done):
+                break
     finally:
         bar.stop()
         if logger is not None:
             logger.close()
         if own_pool:
             pool.close()
-    if ckpt is None or saved_at != cfg.train.iterations:
-        ckpt = _save(learner, run_dir, cfg.train.iterations)
+    if ckpt is None or saved_at != done:
+        ckpt = _save(learner, run_dir, done)
     shutdown_parallel(parallel)
-    return RLResult(run_dir, cfg.train.iterations, history, ckpt, learner.latest)
+    return RLResult(run_dir, done, history, ckpt, learner.latest)
+
+
+def _out_of_time(clock: RunClock, learner: Learner, done: int) -> bool:
+    """Mark the iteration's end on the run clock; True (on every rank alike) when the
+    budget leaves no room for another iteration."""
+    clock.boundary(learner.latest, f"iteration {done}")
+    stop = any(flag for (flag,) in learner.parallel.gather([clock.should_stop()]))
+    if stop and learner.parallel.is_main:
+        console.print(f"[yellow]train.budget_min={learner.cfg.train.budget_min:g} reached after "
+                      f"{done} iterations ({clock.minutes():.1f} min): RL stops here[/yellow]")
+    return stop
 
 
 def iterations(learner: Learner, engine: RolloutEngine, start: int,
