@@ -1,13 +1,16 @@
 """Overlapped rollouts (`cluster.overlap`) against the on-policy loop, on an env that sleeps.
 
     python benchmarks/overlap.py [--iterations 4] [--step-s 0.3] [--model tiny]
+    python benchmarks/overlap.py --env alfworld/generated --turns 4 --train-pool 12
 
-The env is `toy/letters-4` with a sleep in every step (a stand-in for an SWE test run): the
-rollout's time is mostly waiting for envs, which the update can overlap. Both loops run the
+The default env is `toy/letters-4` with a sleep in every step (a stand-in for an SWE test
+run): the rollout's time is mostly waiting for envs, which the update can overlap. `--env`
+takes any registered env instead (`--env-options` as a YAML mapping; `--train-pool` keeps
+the games among those already generated, e.g. ALFWorld's cached ones). Both loops run the
 same recipe and seeds; printed are the total wall time of the iterations, the mean rollout
 and update times, and how long the overlapped loop's update waited for its next batch. The
 load average is printed because this machine is shared; nothing is asserted. A one-iteration
-warm-up run goes first (first-call costs), then the two loops alternate twice.
+warm-up run goes first (first-call costs), then the two loops alternate (`--rounds`, 2).
 
 `--threads 1` by default: on this shared 2-core machine (load average about 10), runs with
 2 intra-op threads were erratic in a way that favoured the overlapped loop by 5-10x (the
@@ -48,10 +51,19 @@ register(r"bench/sleepy-letters-\d+", SleepyLetters, ("bench/sleepy-letters-4",)
          "toy/letters-N with a sleep per step (benchmarks only)")
 
 
+def env_flags(args: argparse.Namespace) -> list[str]:
+    """The recipe's env keys: the sleepy letters, or `--env` with its options."""
+    if args.env is None:
+        return ["env.id=bench/sleepy-letters-4", "env.max_turns=4",
+                f"env.options={{vocabulary: 4, step_s: {args.step_s}}}"]
+    flags = [f"env.id={args.env}", f"env.max_turns={args.turns}",
+             f"env.options={args.env_options}"]
+    return flags + ([f"rollout.train_pool={args.train_pool}"] if args.train_pool else [])
+
+
 def run(args: argparse.Namespace, overlap: bool, out: str) -> tuple[float, list[dict]]:
     cfg = load_config(overrides=[
-        f"model.name={args.model}", "env.id=bench/sleepy-letters-4", "env.max_turns=4",
-        f"env.options={{vocabulary: 4, step_s: {args.step_s}}}", "rollout.games_per_iter=4",
+        f"model.name={args.model}", *env_flags(args), "rollout.games_per_iter=4",
         "rollout.group_size=2", "rollout.batch_size=8", "rollout.train.max_new_tokens=4",
         "rollout.truncated_action=step", "reward.kind=dense", "algo.estimator=grpo",
         "algo.lr=1e-4", "algo.epochs=2", "algo.minibatch_size=4", "algo.micro_batch_size=2",
@@ -68,14 +80,23 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=4)
     parser.add_argument("--step-s", type=float, default=0.3)
     parser.add_argument("--model", default="tiny")
+    parser.add_argument("--env", default=None,
+                        help="a registered env id instead of the sleepy toy env")
+    parser.add_argument("--env-options", default="{}", help="with --env: a YAML mapping")
+    parser.add_argument("--turns", type=int, default=4, help="with --env: env.max_turns")
+    parser.add_argument("--train-pool", type=int, default=0,
+                        help="with --env: rollout.train_pool (0: fresh games every iteration)")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="on-policy / overlapped pairs, alternating")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (see the module docstring)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch threads: {torch.get_num_threads()}; load average before: {os.getloadavg()}")
+    print(f"env: {args.env or 'bench/sleepy-letters-4'}; torch threads: "
+          f"{torch.get_num_threads()}; load average before: {os.getloadavg()}")
     with tempfile.TemporaryDirectory() as out:
         run(argparse.Namespace(**{**vars(args), "iterations": 1}), False, out)  # warm-up
-        for overlap in (False, True, False, True):  # alternating: drifts in load show
+        for overlap in (False, True) * args.rounds:  # alternating: drifts in load show
             wall, hist = run(args, overlap, out)
             rollout = sum(h["rollout_s"] for h in hist) / len(hist)
             train = sum(h["iteration_s"] - (0 if overlap else h["rollout_s"])

@@ -21,13 +21,6 @@ ROLLOUT = RolloutConfig(max_turns=3, batch_size=4, truncated_action="step",
                         env_options={"vocabulary": 4})
 
 
-@pytest.fixture(scope="module")
-def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
-    yield
-    ray.shutdown()
-
-
 def _play(policy, pool, games, seed=7):
     engine = RolloutEngine(policy, ROLLOUT, pool=pool)
     return engine.collect(make_jobs("toy/letters-3", "train", games, 2, seed), SAMPLING)[0]

@@ -296,6 +296,18 @@ class ClusterSection(_Section):
     """Collect iteration k+1 (in a thread, with a copy of the policy one update behind)
     while iteration k trains; the PPO ratio uses the recorded behaviour logprobs, the
     staleness (0 or 1 update) is logged. One process only, for now."""
+    rollout_workers: int = Field(0, ge=0)
+    """Ray only: actors (one CPU each) that play the training episodes, each holding a CPU
+    copy of the policy built from `model` and its own envs; worker w plays groups w, w + N,
+    ... and the learner broadcasts its weights after every update. 0: the learner's process
+    plays them. Evaluation stays in the learner's process. One process only (not under
+    torchrun)."""
+
+    @model_validator(mode="after")
+    def _check_rollout_workers(self) -> ClusterSection:
+        if self.rollout_workers and self.backend != "ray":
+            raise ValueError("cluster.rollout_workers needs cluster.backend=ray")
+        return self
 
 
 class TrainConfig(_Section):

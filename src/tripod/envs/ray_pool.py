@@ -12,8 +12,8 @@ raises `EnvWorkerDied`; the engine marks those episodes as env errors (excluded 
 and counted), and the pool replaces the dead worker once, so later episodes run on a fresh
 one. A hung step is the engine's time-out, as locally.
 
-Rollout workers holding policy copies (generation on other machines) are not here yet:
-generation runs in the learner's process (docs/scale.md).
+Rollout workers holding policy copies (`cluster.rollout_workers`) are in
+`policy.ray_workers`; they host their envs in their own processes.
 """
 
 from __future__ import annotations
@@ -175,16 +175,25 @@ class RayEnvPool:
         self.close()
 
 
-def start_ray_pool(cluster: ClusterSection, factory: Callable[..., Env] = make) -> RayEnvPool:
-    """Join (`cluster.address`) or start a local Ray, and start the env workers."""
+def init_ray(cluster: ClusterSection) -> bool:
+    """Join (`cluster.address`) or start a local Ray unless this process is connected
+    already; True if this call started it (its caller then shuts it down)."""
     try:
         import ray
     except ImportError:
         raise ImportError("cluster.backend=ray needs Ray: pip install 'tripod[ray]'") from None
-    owns = not ray.is_initialized()
-    if owns:
-        ray.init(address=cluster.address, num_cpus=None if cluster.address else cluster.num_cpus,
-                 include_dashboard=False, log_to_driver=False)
+    if ray.is_initialized():
+        return False
+    ray.init(address=cluster.address, num_cpus=None if cluster.address else cluster.num_cpus,
+             include_dashboard=False, log_to_driver=False)
+    return True
+
+
+def start_ray_pool(cluster: ClusterSection, factory: Callable[..., Env] = make) -> RayEnvPool:
+    """Join (`cluster.address`) or start a local Ray, and start the env workers."""
+    owns = init_ray(cluster)
+    import ray
+
     actor = ray.remote(num_cpus=1, max_restarts=0)(EnvWorker)
 
     def new_worker() -> Any:

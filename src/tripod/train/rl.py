@@ -33,6 +33,7 @@ from tripod.envs.pool import EnvPool
 from tripod.envs.ray_pool import open_pool
 from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
+from tripod.policy.ray_workers import RolloutWorkers, start_rollout_workers
 from tripod.policy.rollout import RolloutEngine, make_jobs
 from tripod.report.records import (
     iteration_path,
@@ -73,7 +74,7 @@ def iteration_games(cfg: TrainConfig, iteration: int) -> list[int]:
     return [g % pool for g in games] if pool else games
 
 
-def collect(engine: RolloutEngine, cfg: TrainConfig, iteration: int,
+def collect(engine: RolloutEngine | RolloutWorkers, cfg: TrainConfig, iteration: int,
             parallel: Parallel | None = None) -> tuple[list[Trajectory], dict[str, float]]:
     """Play the iteration's episodes; under torchrun each rank plays whole groups (its
     share) and every rank gets all trajectories back, in job order."""
@@ -173,7 +174,7 @@ def rollout_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict[str, floa
 
 
 # -- one iteration ---------------------------------------------------------------------------
-def rl_iteration(learner: Learner, engine: RolloutEngine, it: int,
+def rl_iteration(learner: Learner, engine: RolloutEngine | RolloutWorkers, it: int,
                  collected: tuple[list[Trajectory], dict[str, float]] | None = None,
                  ) -> dict[str, float]:
     """collect -> score -> advantage -> update, with the iteration's metrics. `collected`:
@@ -189,7 +190,7 @@ def rl_iteration(learner: Learner, engine: RolloutEngine, it: int,
         metrics.update(advantage(batch, cfg.algo))                            # advantage
         metrics.update(update(learner, batch, it))                            # update
         if collected is None:  # overlapped: synced when the next collection starts
-            learner.sync_rollout_policy()
+            sync_rollouts(learner, engine)
         metrics["zero_variance_groups"] = zero_variance_fraction(batch)
     if learner.parallel.is_main:
         save_trajectories(learner, trajs, batch, it)                          # record
@@ -256,8 +257,9 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     snapshots. Launched by torchrun, every rank runs this loop (data-parallel); rank 0 alone
     evaluates, logs and saves."""
     parallel, cfg = _join(cfg)
-    if cfg.cluster.overlap and parallel.enabled:
-        raise ValueError("cluster.overlap runs in one process for now (not under torchrun)")
+    if (cfg.cluster.overlap or cfg.cluster.rollout_workers) and parallel.enabled:
+        raise ValueError("cluster.overlap and cluster.rollout_workers run in one process for "
+                         "now (not under torchrun)")
     quiet = quiet or not parallel.is_main
     seed_everything(cfg.run.seed)
     resume = resolve_resume(resume) if resume is not None else None
@@ -265,9 +267,9 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     learner, start_iter = _start(cfg, policy, resume, parallel)
     own_pool = pool is None
     pool = pool or open_pool(cfg.cluster)
-    if cfg.cluster.overlap:
+    if cfg.cluster.overlap and not cfg.cluster.rollout_workers:
         learner.add_rollout_copy()
-    engine = RolloutEngine(learner.actor, rollout_config(cfg), pool=pool)
+    engine = rollout_engine(learner, pool)
     eval_engine = RolloutEngine(learner.latest, rollout_config(cfg), pool=pool)
     logger = (MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
               if parallel.is_main else None)
@@ -296,6 +298,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
         bar.stop()
         if logger is not None:
             logger.close()
+        engine.close()
         if own_pool:
             pool.close()
     if ckpt is None or saved_at != done:
@@ -315,7 +318,7 @@ def _out_of_time(clock: RunClock, learner: Learner, done: int) -> bool:
     return stop
 
 
-def iterations(learner: Learner, engine: RolloutEngine, start: int,
+def iterations(learner: Learner, engine: RolloutEngine | RolloutWorkers, start: int,
                end: int) -> Iterator[tuple[int, dict[str, float]]]:
     """(iteration, metrics) of each iteration: one after another, or overlapped
     (`cluster.overlap`), where iteration k+1 is played in a thread while k trains."""
@@ -326,7 +329,7 @@ def iterations(learner: Learner, engine: RolloutEngine, start: int,
     yield from _overlapped(learner, engine, start, end)
 
 
-def _overlapped(learner: Learner, engine: RolloutEngine, start: int,
+def _overlapped(learner: Learner, engine: RolloutEngine | RolloutWorkers, start: int,
                 end: int) -> Iterator[tuple[int, dict[str, float]]]:
     """One-step off-policy: the rollout copy is synced to the policy, then plays iteration
     k+1 while the policy trains on k. A batch is thus played by weights at most one update
@@ -341,11 +344,28 @@ def _overlapped(learner: Learner, engine: RolloutEngine, start: int,
             collected = pending.result()
             waited, staleness = time.perf_counter() - t0, it - synced_at
             if it + 1 < end:
-                learner.sync_rollout_policy()
+                sync_rollouts(learner, engine)
                 synced_at = it
                 pending = executor.submit(collect, engine, cfg, it + 1)
             metrics = rl_iteration(learner, engine, it, collected)
             yield it, {**metrics, "staleness": float(staleness), "wait_s": waited}
+
+
+def rollout_engine(learner: Learner, pool: EnvPool) -> RolloutEngine | RolloutWorkers:
+    """Who plays the training episodes: this process (with the policy or its rollout copy),
+    or Ray rollout workers holding copies of the policy (`cluster.rollout_workers`)."""
+    cfg = learner.cfg
+    if cfg.cluster.rollout_workers:
+        return start_rollout_workers(cfg, rollout_config(cfg), learner.policy.model)
+    return RolloutEngine(learner.actor, rollout_config(cfg), pool=pool)
+
+
+def sync_rollouts(learner: Learner, engine: RolloutEngine | RolloutWorkers) -> None:
+    """Give the rollouts the policy's current weights: its rollout copy, if it has one, and
+    the rollout workers (a broadcast), if they play."""
+    learner.sync_rollout_policy()
+    if isinstance(engine, RolloutWorkers):
+        engine.publish()
 
 
 def _join(cfg: TrainConfig) -> tuple[Parallel, TrainConfig]:
