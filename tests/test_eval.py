@@ -63,3 +63,30 @@ def test_tripod_eval_uses_the_checkpoint_recipe(tmp_path, capsys):
     sampling, rcfg = eval_settings(_eval_args(tmp_path, "textworld/w4-o6-q8",
                                               max_new_tokens=8))
     assert sampling.max_new_tokens == 8 and rcfg.max_turns == 24 and rcfg.env_options == {}
+
+
+def test_one_turn_cap_rule_for_train_evaluations_and_tripod_eval(monkeypatch):
+    """A w2-o3-q4 recipe (12 turns) evaluated on w4-o6-q8 plays the paper's 24 turns there,
+    in `tripod train`'s evaluations as in `tripod eval`; `eval.max_turns` wins everywhere."""
+    from tripod.core.config import load_config
+    from tripod.train import pipeline
+    from tripod.train.common import eval_turn_cap
+
+    base = ["env.id=textworld/w2-o3-q4", "env.max_turns=12",
+            "eval.env_ids=[textworld/w2-o3-q4, textworld/w4-o6-q8, swe/generated-easy]"]
+    cfg = load_config(None, base)
+    assert [eval_turn_cap(cfg, e) for e in cfg.eval.env_ids] == [12, 24, 40]
+    fixed = load_config(None, [*base, "eval.max_turns=7"])
+    assert {eval_turn_cap(fixed, e) for e in fixed.eval.env_ids} == {7}
+
+    played: dict[str, int] = {}
+
+    def fake_evaluate(policy, env_id, split, games, sampling, rcfg, seed, pool):
+        played[env_id] = rcfg.max_turns
+        return summarise([], env_id, split, 0.0), []
+
+    monkeypatch.setattr(pipeline, "evaluate", fake_evaluate)
+    monkeypatch.setattr(pipeline, "write_trajectories", lambda *a, **k: None)
+    pipeline.evaluate_all("final", argparse.Namespace(tokenizer=None), cfg, {}, pool=None)
+    assert played == {"textworld/w2-o3-q4": 12, "textworld/w4-o6-q8": 24,
+                      "swe/generated-easy": 40}

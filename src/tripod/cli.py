@@ -117,7 +117,7 @@ def eval_settings(args: argparse.Namespace):
     cap and evaluation sampling; a flag given on the command line overrides its setting."""
     from tripod.core.config import TrainConfig
     from tripod.envs.play import default_max_turns
-    from tripod.train.common import read_recipe, rollout_config
+    from tripod.train.common import eval_turn_cap, read_recipe, rollout_config
 
     recipe = read_recipe(args.checkpoint) if Path(args.checkpoint).is_dir() else None
     cfg = recipe or TrainConfig()
@@ -125,7 +125,7 @@ def eval_settings(args: argparse.Namespace):
     sampling = cfg.rollout.eval.model_copy(update={
         k: v for k, v in (("temperature", args.temperature),
                           ("max_new_tokens", args.max_new_tokens)) if v is not None})
-    turns = args.max_turns or (cfg.eval.max_turns or cfg.env.max_turns if same_env
+    turns = args.max_turns or (eval_turn_cap(cfg, args.env) if recipe is not None
                                else default_max_turns(args.env))
     rcfg = rollout_config(cfg, max_turns=turns)
     rcfg.batch_size = args.batch_size

@@ -239,7 +239,9 @@ class EvalSection(_Section):
     games: int = Field(20, ge=1)
     """Games per env id (one greedy episode each)."""
     max_turns: int | None = None
-    """Turn cap for evaluation (defaults to env.max_turns)."""
+    """Turn cap for every evaluated env id. None: `env.max_turns` for the training env and the
+    paper's cap for other env ids (3x the quest length for custom TextWorld games, 24 for
+    tw-simple and ALFWorld, 40 tool calls for SWE), as `tripod eval` does."""
     before_training: bool = True
     """Also evaluate the starting model (and the SFT model), for a before/after table."""
 

@@ -32,6 +32,18 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutCon
                          faults=cfg.env.faults)
 
 
+def eval_turn_cap(cfg: TrainConfig, env_id: str) -> int:
+    """The turn cap an evaluation of `env_id` uses, one rule for `tripod train`'s evaluations
+    and `tripod eval`: `eval.max_turns` if the recipe sets it; else the recipe's own cap for
+    its training env, and the paper's cap for any other env id (a w2-o3-q4 recipe evaluated
+    on w4-o6-q8 plays 24 turns there, not its own 12)."""
+    from tripod.envs.play import default_max_turns
+
+    if cfg.eval.max_turns:
+        return cfg.eval.max_turns
+    return cfg.env.max_turns if env_id == cfg.env.id else default_max_turns(env_id)
+
+
 def sampling_params(section) -> SamplingParams:
     return SamplingParams(temperature=section.temperature, top_p=section.top_p,
                           max_new_tokens=section.max_new_tokens)

@@ -25,7 +25,13 @@ from tripod.policy.models import Policy, load_policy
 from tripod.report.html import build_report
 from tripod.report.records import TRAJECTORY_DIR, eval_path, write_trajectories
 from tripod.train.clock import RunClock
-from tripod.train.common import prepare_run_dir, rollout_config, sampling_params, seed_everything
+from tripod.train.common import (
+    eval_turn_cap,
+    prepare_run_dir,
+    rollout_config,
+    sampling_params,
+    seed_everything,
+)
 from tripod.train.rl import train_rl
 from tripod.train.sft import collect_demonstrations, demo_rows, train_sft
 
@@ -77,7 +83,7 @@ def eval_env_ids(cfg: TrainConfig) -> list[str]:
 def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict,
                  pool: EnvPool) -> None:
     for env_id in eval_env_ids(cfg):
-        rcfg = rollout_config(cfg, max_turns=cfg.eval.max_turns)
+        rcfg = rollout_config(cfg, max_turns=eval_turn_cap(cfg, env_id))
         rcfg.env_options = eval_options(cfg, env_id)
         res, trajs = evaluate(policy, env_id, cfg.eval.split, cfg.eval.games,
                               sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed,
