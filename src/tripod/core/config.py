@@ -142,6 +142,10 @@ class RolloutSection(_Section):
     """Sampling for evaluation (greedy by default); never the training one."""
     truncated_action: Literal["end", "step"] = "end"
     """What a reply without the end-of-turn token does: end the episode (paper) or step."""
+    env_ids: list[str] = Field(default_factory=list)
+    """More env ids to train on besides `env.id` (a mix, e.g. `[textworld/w4-o6-q8]`): an
+    iteration's groups take `env.id` and these in turn (group g plays env g mod n). They
+    get their default options and the paper's turn cap (24 on w4-o6-q8)."""
 
 
 class AlgoSection(_Section):
@@ -224,7 +228,11 @@ class SFTSection(_Section):
     of 2 rows x 1,024 tokens of SmolLM2-135M peaked at 4.5 GB resident
     (`benchmarks/attention_memory.py`), and a 4-row SFT step of the quickstart at 8.9 GB."""
     max_turns: int | None = None
-    """Turn cap for demonstrations (defaults to env.max_turns)."""
+    """Turn cap for demonstrations of `env.id` (defaults to env.max_turns)."""
+    env_ids: list[str] = Field(default_factory=list)
+    """More env ids to take demonstrations from besides `env.id` (their `sft` split, the same
+    numbers of expert and recovery games each, their default options and the paper's turn
+    cap): e.g. `[textworld/w4-o6-q8]` to show the model larger games too."""
     env_options: dict[str, Any] = Field(default_factory=dict)
     """Env overrides for demonstrations only, on top of env.options (e.g. turn an expensive
     planner expert on for SFT and off for RL)."""

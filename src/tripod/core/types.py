@@ -75,6 +75,9 @@ class EpisodeJob:
     group_id: int
     episode_id: int
     sample_seed: int
+    max_turns: int | None = None
+    """This episode's turn cap (None: the engine's `max_turns`); set when one batch mixes
+    env ids whose caps differ."""
 
 
 @dataclass

@@ -74,6 +74,12 @@ class RolloutConfig:
     prompt: PromptConfig = field(default_factory=PromptConfig)   # prompt.*
     env_options: dict = field(default_factory=dict)       # env.options
     faults: FaultsSection | None = None                   # env.faults
+    options_by_env: dict[str, dict] = field(default_factory=dict)
+    """Options of the other env ids of a mix (rollout.env_ids: their defaults), where
+    `env_options` (the recipe's env) must not apply."""
+
+    def options_for(self, env_id: str) -> dict:
+        return self.options_by_env.get(env_id, self.env_options)
 
 
 @dataclass
@@ -219,7 +225,7 @@ class RolloutEngine:
         if self.env_factory is not None:
             env = self.env_factory(job)
         else:
-            env = self.pool.acquire(job.env_id, job.split, self.cfg.env_options)
+            env = self.pool.acquire(job.env_id, job.split, self.cfg.options_for(job.env_id))
         faults = self.cfg.faults
         if faults is None or faults.rate == 0 or job.split not in faults.splits:
             return env
@@ -240,7 +246,8 @@ class RolloutEngine:
             close_quietly(ep.env)
         else:  # a failed env is closed (with its fault wrapper: a hung step returns)
             env = ep.env if ep.traj.failed else unwrap(ep.env)
-            self.pool.release(env, ep.job.env_id, ep.job.split, self.cfg.env_options,
+            self.pool.release(env, ep.job.env_id, ep.job.split,
+                              self.cfg.options_for(ep.job.env_id),
                               healthy=not ep.traj.failed)
 
     def _end_over_context(self, active: list[_Episode], sampling: SamplingParams,
@@ -321,7 +328,7 @@ class RolloutEngine:
             traj.end = EpisodeEnd.WON if info.won else EpisodeEnd.LOST
         elif step.truncated:
             traj.end = EpisodeEnd.ENV_TRUNCATED
-        elif traj.num_turns >= self.cfg.max_turns:
+        elif traj.num_turns >= (traj.job.max_turns or self.cfg.max_turns):
             traj.end = EpisodeEnd.MAX_TURNS
         else:
             ep.history.append((action, step.observation))

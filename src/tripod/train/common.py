@@ -29,7 +29,16 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutCon
                          env_timeout_s=cfg.rollout.env_timeout_s,
                          truncated_action=cfg.rollout.truncated_action,
                          prompt=cfg.prompt.model_copy(), env_options=dict(cfg.env.options),
-                         faults=cfg.env.faults)
+                         faults=cfg.env.faults,
+                         options_by_env={e: {} for e in cfg.rollout.env_ids if e != cfg.env.id})
+
+
+def turn_cap(cfg: TrainConfig, env_id: str) -> int:
+    """The turn cap of `env_id` in this run: the recipe's `env.max_turns` for its own env,
+    the paper's cap (`envs/play.default_max_turns`) for any other (mixes, evaluations)."""
+    from tripod.envs.play import default_max_turns
+
+    return cfg.env.max_turns if env_id == cfg.env.id else default_max_turns(env_id)
 
 
 def eval_turn_cap(cfg: TrainConfig, env_id: str) -> int:
@@ -37,11 +46,7 @@ def eval_turn_cap(cfg: TrainConfig, env_id: str) -> int:
     and `tripod eval`: `eval.max_turns` if the recipe sets it; else the recipe's own cap for
     its training env, and the paper's cap for any other env id (a w2-o3-q4 recipe evaluated
     on w4-o6-q8 plays 24 turns there, not its own 12)."""
-    from tripod.envs.play import default_max_turns
-
-    if cfg.eval.max_turns:
-        return cfg.eval.max_turns
-    return cfg.env.max_turns if env_id == cfg.env.id else default_max_turns(env_id)
+    return cfg.eval.max_turns or turn_cap(cfg, env_id)
 
 
 def sampling_params(section) -> SamplingParams:

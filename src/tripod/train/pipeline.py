@@ -32,8 +32,8 @@ from tripod.train.common import (
     sampling_params,
     seed_everything,
 )
-from tripod.train.rl import train_rl
-from tripod.train.sft import collect_demonstrations, demo_rows, train_sft
+from tripod.train.rl import train_rl, training_env_ids
+from tripod.train.sft import collect_demonstrations, demo_rows, sft_env_ids, train_sft
 
 console = Console(stderr=True)
 
@@ -44,10 +44,13 @@ def run_plan(cfg: TrainConfig) -> list[tuple[str, str, int, dict]]:
     The training env's options apply to training, SFT and its own evaluation; other
     evaluated env ids get their defaults (as `evaluate_all` plays them)."""
     used = cfg.rollout.games_per_iter * cfg.train.iterations
-    plan = [(cfg.env.id, "train", min(cfg.rollout.train_pool or used, used), cfg.env.options)]
+    train_games = min(cfg.rollout.train_pool or used, used)
+    plan = [(env_id, "train", train_games, eval_options(cfg, env_id))
+            for env_id in training_env_ids(cfg)]
     if cfg.sft.enabled:
-        plan.append((cfg.env.id, "sft", cfg.sft.games + cfg.sft.recovery_games,
-                     {**cfg.env.options, **cfg.sft.env_options}))
+        plan += [(env_id, "sft", cfg.sft.games + cfg.sft.recovery_games,
+                  {**cfg.env.options, **cfg.sft.env_options} if env_id == cfg.env.id else {})
+                 for env_id in sft_env_ids(cfg)]
     plan += [(env_id, cfg.eval.split, cfg.eval.games, eval_options(cfg, env_id))
              for env_id in eval_env_ids(cfg)]
     if cfg.train.eval_every:

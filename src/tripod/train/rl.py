@@ -13,7 +13,7 @@ from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
@@ -28,7 +28,7 @@ from rich.progress import (
 
 from tripod.algos.advantages import AdvantageInput, get_estimator
 from tripod.core.config import AlgoSection, TrainConfig
-from tripod.core.types import EpisodeEnd, Trajectory
+from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory
 from tripod.envs.pool import EnvPool
 from tripod.envs.ray_pool import open_pool
 from tripod.eval.evaluate import evaluate
@@ -57,6 +57,7 @@ from tripod.train.common import (
     rollout_config,
     sampling_params,
     seed_everything,
+    turn_cap,
 )
 from tripod.train.distributed import Parallel, init_parallel, shutdown_parallel
 from tripod.train.learner import Learner, TrainingStopped, build_learner, score, update
@@ -74,13 +75,28 @@ def iteration_games(cfg: TrainConfig, iteration: int) -> list[int]:
     return [g % pool for g in games] if pool else games
 
 
+def training_jobs(cfg: TrainConfig, iteration: int) -> list[EpisodeJob]:
+    """The iteration's episodes: `group_size` per game; with a mix (`rollout.env_ids`) group
+    g plays env g mod n, with that env's turn cap."""
+    jobs = make_jobs(cfg.env.id, "train", iteration_games(cfg, iteration),
+                     cfg.rollout.group_size, seed=cfg.run.seed * 100_003 + iteration)
+    envs = training_env_ids(cfg)
+    if len(envs) == 1:
+        return jobs
+    return [replace(j, env_id=envs[j.group_id % len(envs)],
+                    max_turns=turn_cap(cfg, envs[j.group_id % len(envs)])) for j in jobs]
+
+
+def training_env_ids(cfg: TrainConfig) -> list[str]:
+    return [cfg.env.id, *(e for e in cfg.rollout.env_ids if e != cfg.env.id)]
+
+
 def collect(engine: RolloutEngine | RolloutWorkers, cfg: TrainConfig, iteration: int,
             parallel: Parallel | None = None) -> tuple[list[Trajectory], dict[str, float]]:
     """Play the iteration's episodes; under torchrun each rank plays whole groups (its
     share) and every rank gets all trajectories back, in job order."""
     parallel = parallel or Parallel()
-    jobs = make_jobs(cfg.env.id, "train", iteration_games(cfg, iteration),
-                     cfg.rollout.group_size, seed=cfg.run.seed * 100_003 + iteration)
+    jobs = training_jobs(cfg, iteration)
     mine = set(parallel.share(sorted({j.group_id for j in jobs})))
     faults_before = sum(engine.faults_injected.values())
     trajs, stats = engine.collect([j for j in jobs if j.group_id in mine],

@@ -25,7 +25,7 @@ from tripod.policy.models import Policy
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.train.batch import Row, TrainBatch, collate, token_logprobs, trajectory_rows
-from tripod.train.common import chunks, rollout_config, write_recipe
+from tripod.train.common import chunks, rollout_config, turn_cap, write_recipe
 
 
 @dataclass
@@ -43,24 +43,41 @@ class NoDemonstrationsError(RuntimeError):
 
 def collect_demonstrations(policy: Policy, cfg: TrainConfig,
                            pool: EnvPool | None = None) -> list[Trajectory]:
-    """Expert (and, if configured, recovery) demonstrations on the `sft` split: the won
-    episodes without env errors. None at all stops the run with the reasons counted."""
-    rcfg = rollout_config(cfg, max_turns=cfg.sft.max_turns)
-    rcfg.env_options = {**rcfg.env_options, **cfg.sft.env_options}
+    """Expert (and, if configured, recovery) demonstrations on the `sft` split of `env.id`
+    and of each `sft.env_ids`: the won episodes without env errors. None at all from an env
+    id stops the run with the reasons counted."""
+    demos: list[Trajectory] = []
+    for env_id in sft_env_ids(cfg):
+        played = _play_demonstrations(policy, cfg, env_id, pool)
+        won = [d for d in played if not d.failed and d.won]
+        if not won:
+            raise NoDemonstrationsError(describe_failures(played, env_id))
+        demos += won
+    return demos
+
+
+def sft_env_ids(cfg: TrainConfig) -> list[str]:
+    return [cfg.env.id, *(e for e in cfg.sft.env_ids if e != cfg.env.id)]
+
+
+def _play_demonstrations(policy: Policy, cfg: TrainConfig, env_id: str,
+                         pool: EnvPool | None) -> list[Trajectory]:
+    """One env id's expert and recovery episodes. The recipe's env gets its options,
+    `sft.env_options` and `sft.max_turns`; another env id its defaults and the paper's cap."""
+    own = env_id == cfg.env.id
+    rcfg = rollout_config(cfg, max_turns=cfg.sft.max_turns if own else turn_cap(cfg, env_id))
+    rcfg.env_options = {**rcfg.env_options, **cfg.sft.env_options} if own else {}
     engine = RolloutEngine(policy, rcfg, pool=pool)
     greedy = SamplingParams(temperature=0.0)
-    plain = make_jobs(cfg.env.id, "sft", list(range(cfg.sft.games)), 1, cfg.run.seed)
+    plain = make_jobs(env_id, "sft", list(range(cfg.sft.games)), 1, cfg.run.seed)
     played, _ = engine.collect(plain, greedy, actor=expert_actor(0.0))
     if cfg.sft.recovery_games:
         games = list(range(cfg.sft.games, cfg.sft.games + cfg.sft.recovery_games))
-        noisy = make_jobs(cfg.env.id, "sft", games, 1, cfg.run.seed + 1)
+        noisy = make_jobs(env_id, "sft", games, 1, cfg.run.seed + 1)
         more, _ = engine.collect(noisy, greedy, actor=expert_actor(cfg.sft.recovery_noise))
         played += more
     engine.close()
-    demos = [d for d in played if not d.failed and d.won]
-    if not demos:
-        raise NoDemonstrationsError(describe_failures(played, cfg.env.id))
-    return demos
+    return played
 
 
 def describe_failures(played: list[Trajectory], env_id: str) -> str:
