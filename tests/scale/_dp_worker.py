@@ -12,6 +12,7 @@ import torch
 from tripod.core.config import load_config
 from tripod.policy import load_policy
 from tripod.policy.rollout import RolloutEngine
+from tripod.train import learner as learner_mod
 from tripod.train.common import rollout_config, seed_everything
 from tripod.train.distributed import full_state_dict, init_parallel, shutdown_parallel
 from tripod.train.learner import build_learner
@@ -42,14 +43,25 @@ def run(out: Path, overrides: list[str]) -> dict[str, float]:
     if learner.critic_optimizer is not None:
         learner.critic_optimizer = torch.optim.SGD(learner.critic.parameters(), lr=0.5)
     engine = RolloutEngine(learner.actor, rollout_config(cfg))
-    metrics = rl_iteration(learner, engine, 0)
+    ref_calls = [0]
+    reference = learner_mod.reference_logprobs
+
+    def counted(*args):  # count the reference passes (micro-batches) this rank runs
+        ref_calls[0] += 1
+        return reference(*args)
+
+    learner_mod.reference_logprobs = counted
+    try:
+        metrics = rl_iteration(learner, engine, 0)
+    finally:
+        learner_mod.reference_logprobs = reference
     engine.close()
     weights = {k: v.detach().clone() for k, v in learner.actor.model.state_dict().items()}
     if learner.critic is not None:
         critic = (full_state_dict(learner.critic) if parallel.fsdp
                   else learner.critic.state_dict())
         weights.update({f"critic.{k}": v.detach().clone() for k, v in critic.items()})
-    torch.save({"weights": weights, "metrics": metrics},
+    torch.save({"weights": weights, "metrics": metrics, "ref_calls": ref_calls[0]},
                out / f"weights_rank{parallel.rank}.pt")
     shutdown_parallel(parallel)
     return metrics

@@ -239,14 +239,14 @@ def score(learner: Learner, batch: TrainBatch) -> TrainBatch:
     size = algo.micro_batch_size
     with torch.no_grad():
         if algo.kl_coef > 0:
-            batch.ref_logprobs = _per_micro(batch, size, learner.policy.device,
+            batch.ref_logprobs = _per_micro(learner, batch, size,
                                             lambda mb: reference_logprobs(learner, mb))
             if algo.kl_in == "reward":
                 batch.kl_rewards = add_kl_to_rewards(
                     batch.token_rewards, batch.old_logprobs, batch.ref_logprobs,
                     batch.loss_mask, algo.kl_coef, algo.kl_kind)
         if learner.critic is not None:
-            batch.old_values = _per_micro(batch, size, learner.policy.device,
+            batch.old_values = _per_micro(learner, batch, size,
                                           lambda mb: _values(learner, mb))
     return batch
 
@@ -263,14 +263,23 @@ def reference_logprobs(learner: Learner, mb: TrainBatch) -> Tensor:
                               temperature, mb.loss_mask)[0]
 
 
-def _per_micro(batch: TrainBatch, size: int, device: torch.device,
+def _per_micro(learner: Learner, batch: TrainBatch, size: int,
                fn: Callable[[TrainBatch], Tensor]) -> Tensor:
     """Apply `fn` to micro-batches (trimmed of shared padding, on the model's device);
-    re-pad to [B, T] and stack (on the batch's device)."""
-    t = batch.input_ids.shape[1]
-    outs = [fn(on_device(batch.select(idx), device)).to(batch.input_ids.device)
-            for idx in chunks(list(range(batch.num_rows)), size)]
-    return torch.cat([torch.nn.functional.pad(o, (0, t - o.shape[1])) for o in outs])
+    re-pad to [B, T] and stack (on the batch's device). Under torchrun with replicated
+    weights each rank scores every world_size-th micro-batch and the ranks swap results
+    (the same numbers, computed once); FSDP ranks must run every forward in lockstep, so
+    there each rank scores them all."""
+    t, device, parallel = batch.input_ids.shape[1], learner.policy.device, learner.parallel
+    parts = list(enumerate(chunks(list(range(batch.num_rows)), size)))
+    shared = parallel.enabled and not parallel.fsdp
+    mine = parallel.share(parts) if shared else parts
+    outs = {i: fn(on_device(batch.select(idx), device)).to(batch.input_ids.device)
+            for i, idx in mine}
+    if shared:
+        outs = {i: o for (part,) in parallel.gather([outs]) for i, o in part.items()}
+    return torch.cat([torch.nn.functional.pad(outs[i], (0, t - outs[i].shape[1]))
+                      for i, _ in parts])
 
 
 def on_device(mb: TrainBatch, device: torch.device) -> TrainBatch:
