@@ -13,12 +13,12 @@ import torch
 
 from tripod.core.config import ClusterSection, load_config
 from tripod.policy import load_policy
+from tripod.policy.models import wrap_lora
 from tripod.policy.ray_workers import (
     StaleWeights,
     frozen_state,
     start_rollout_workers,
     trainable_state,
-    wrap_lora,
 )
 from tripod.policy.rollout import RolloutEngine
 from tripod.train.common import rollout_config, sampling_params, seed_everything

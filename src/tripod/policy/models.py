@@ -26,6 +26,7 @@ from transformers import (
 )
 from transformers.utils import logging as hf_logging
 
+from tripod.core.config import LoraSection
 from tripod.core.paths import cache_dir
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -171,3 +172,13 @@ def _load_local(path: Path, dtype: torch.dtype) -> tuple[PreTrainedModel, PreTra
     model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, local_files_only=True)
     tokenizer = AutoTokenizer.from_pretrained(str(path), local_files_only=True)
     return model, tokenizer
+
+
+def wrap_lora(model: torch.nn.Module, lora: LoraSection) -> torch.nn.Module:
+    """The recipe's LoRA adapters around `model`: one place, so the learner's model and a
+    rollout worker's copy have the same parameter names."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(
+        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+        target_modules=lora.target_modules, task_type="CAUSAL_LM"))

@@ -42,7 +42,7 @@ from tripod.envs.base import Env
 from tripod.envs.pool import EnvPool
 from tripod.envs.ray_pool import init_ray
 from tripod.envs.registry import make
-from tripod.policy.models import load_policy
+from tripod.policy.models import load_policy, wrap_lora
 from tripod.policy.rollout import RolloutConfig, RolloutEngine, RolloutStats
 from tripod.policy.sampler import SamplingParams
 
@@ -77,16 +77,6 @@ def weights_mark(model: torch.nn.Module) -> int:
     """A number that changes whenever the trainable weights are modified in place (an
     optimizer step, a `load_state_dict`): the sum of their autograd version counters."""
     return sum(p._version for p in model.parameters() if p.requires_grad)
-
-
-def wrap_lora(model: torch.nn.Module, lora: LoraSection) -> torch.nn.Module:
-    """The recipe's LoRA adapters around `model` (as `train.learner.build_learner` adds
-    them), so the worker's parameter names match the learner's."""
-    from peft import LoraConfig, get_peft_model
-
-    return get_peft_model(model, LoraConfig(
-        r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-        target_modules=lora.target_modules, task_type="CAUSAL_LM"))
 
 
 # -- the actor -------------------------------------------------------------------------------

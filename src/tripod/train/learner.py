@@ -37,7 +37,7 @@ from tripod.algos.losses import (
     value_loss,
 )
 from tripod.core.config import TrainConfig
-from tripod.policy.models import Policy, load_policy
+from tripod.policy.models import Policy, load_policy, wrap_lora
 from tripod.train.batch import TrainBatch, decoder_mask, token_logprobs
 from tripod.train.common import chunks
 from tripod.train.critic import Critic
@@ -196,12 +196,7 @@ def build_learner(cfg: TrainConfig, policy: Policy | None = None,
     `parallel` (torchrun), every rank starts from rank 0's weights, sharded under FSDP."""
     policy = policy or load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
     if cfg.model.lora.enabled and not hasattr(policy.model, "disable_adapter"):
-        from peft import LoraConfig, get_peft_model
-
-        lora = cfg.model.lora
-        policy.model = get_peft_model(policy.model, LoraConfig(
-            r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
-            target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+        policy.model = wrap_lora(policy.model, cfg.model.lora)
     if parallel is not None:
         parallel.broadcast_module(policy.model)
     spec = get_estimator(cfg.algo.estimator)
