@@ -52,6 +52,10 @@ class ModelSection(_Section):
     """LoRA adapters (off by default: full fine-tuning)."""
     device: str = "cpu"
     """`cpu` or `cuda`. Training and sampling run in fp32 on CPU (bf16 is slower there)."""
+    gradient_checkpointing: bool = False
+    """Recompute each decoder layer's activations during the backward pass instead of keeping
+    them (SFT and RL updates, the critic's copy too): activation memory drops to about one
+    layer's, for one more forward pass per update. The gradients are the same."""
 
 
 class FaultsSection(_Section):

@@ -182,3 +182,12 @@ def wrap_lora(model: torch.nn.Module, lora: LoraSection) -> torch.nn.Module:
     return get_peft_model(model, LoraConfig(
         r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
         target_modules=lora.target_modules, task_type="CAUSAL_LM"))
+
+
+def use_checkpointing(model: torch.nn.Module, on: bool) -> None:
+    """Turn Hugging Face's per-layer activation checkpointing on (`model.gradient_checkpointing` in a recipe).
+    Non-reentrant, so frozen inputs (LoRA) need no extra hooks. It acts only in train mode:
+    sampling (eval mode, KV cache) is unaffected."""
+    if on and not getattr(model, "is_activation_checkpointing", False):
+        model.activation_checkpointing_enable(
+            activation_checkpointing_kwargs={"use_reentrant": False})

@@ -37,7 +37,7 @@ from tripod.algos.losses import (
     value_loss,
 )
 from tripod.core.config import TrainConfig
-from tripod.policy.models import Policy, load_policy, wrap_lora
+from tripod.policy.models import Policy, load_policy, use_checkpointing, wrap_lora
 from tripod.train.batch import TrainBatch, decoder_mask, token_logprobs
 from tripod.train.common import chunks
 from tripod.train.critic import Critic
@@ -197,6 +197,7 @@ def build_learner(cfg: TrainConfig, policy: Policy | None = None,
     policy = policy or load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
     if cfg.model.lora.enabled and not hasattr(policy.model, "disable_adapter"):
         policy.model = wrap_lora(policy.model, cfg.model.lora)
+    use_checkpointing(policy.model, cfg.model.gradient_checkpointing)
     if parallel is not None:
         parallel.broadcast_module(policy.model)
     spec = get_estimator(cfg.algo.estimator)

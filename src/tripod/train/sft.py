@@ -21,7 +21,7 @@ from rich.progress import Progress
 from tripod.core.config import TrainConfig
 from tripod.core.types import Trajectory
 from tripod.envs.pool import EnvPool
-from tripod.policy.models import Policy
+from tripod.policy.models import Policy, use_checkpointing
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.train.batch import Row, TrainBatch, collate, token_logprobs, trajectory_rows
@@ -127,6 +127,7 @@ def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
               out_dir: Path | None = None) -> SFTResult:
     """Fine-tune on demonstration rows (token-mean NLL over agent tokens)."""
     model = policy.model
+    use_checkpointing(model, cfg.model.gradient_checkpointing)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=0.0)
