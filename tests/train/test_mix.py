@@ -11,7 +11,7 @@ from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.train.common import rollout_config
 from tripod.train.pipeline import run_plan
-from tripod.train.rl import training_jobs
+from tripod.train.rl import rollout_metrics, training_jobs
 from tripod.train.sft import collect_demonstrations
 
 BASE = ["model.name=tiny", "env.id=toy/letters-2", "env.max_turns=2",
@@ -56,6 +56,10 @@ def test_rl_mix_plays_each_env_with_its_own_options(tiny_policy_factory):
     trajs, _ = engine.collect(training_jobs(cfg, 0), SamplingParams(temperature=0.0),
                               actor=expert_actor(0.0))
     engine.close()
+    metrics = rollout_metrics(trajs, cfg)
+    assert {k for k in metrics if k.startswith("success_rate/")} == {
+        "success_rate/toy/letters-2", "success_rate/toy/letters-3"}
+    assert metrics["success_rate/toy/letters-3"] == 1.0   # the expert wins its games
     words = {t.env_id: t.objective.split(".")[0].count(",") + 1 for t in trajs}
     assert words == {"toy/letters-2": 4, "toy/letters-3": 26}
     assert Counter(t.num_turns for t in trajs if t.env_id == "toy/letters-3") == {3: 4}

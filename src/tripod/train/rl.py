@@ -186,6 +186,10 @@ def rollout_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict[str, floa
     }
     # stopped because the next prompt would not fit the model's context; trained on
     out["context_limit"] = sum(t.end is EpisodeEnd.CONTEXT_LIMIT for t in trajs)
+    if len(envs := training_env_ids(cfg)) > 1:   # a mix: each env's own success rate too
+        for env_id in envs:
+            mine = [t for t in ran if t.env_id == env_id]
+            out[f"success_rate/{env_id}"] = sum(t.won for t in mine) / max(len(mine), 1)
     return out
 
 
