@@ -281,3 +281,24 @@ def test_zero_variance_fraction_counts_groups_with_equal_task_rewards():
                        episode_ids=torch.tensor([0, 1, 2, 3, 3, 4, 5]))
     assert zero_variance_fraction(batch) == pytest.approx(2 / 3)
 
+
+
+def test_a_pool_the_loop_opened_is_closed_when_its_rollouts_cannot_start(tmp_path, monkeypatch):
+    """Rollout workers that fail to start (no free Ray CPU) must not leak the env pool (Ray
+    env actors) that `train_rl` opened itself."""
+    import tripod.train.rl as rl
+
+    closed = []
+
+    class Pool:
+        def close(self):
+            closed.append(True)
+
+    def no_workers(learner, pool):
+        raise TimeoutError("rollout workers did not start")
+
+    monkeypatch.setattr(rl, "open_pool", lambda cluster: Pool())
+    monkeypatch.setattr(rl, "rollout_engine", no_workers)
+    with pytest.raises(TimeoutError):
+        train_rl(_cfg(tmp_path, "train.iterations=1"), quiet=True)
+    assert closed == [True]

@@ -287,9 +287,14 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     learner, start_iter = _start(cfg, policy, resume, parallel)
     own_pool = pool is None
     pool = pool or open_pool(cfg.cluster)
-    if cfg.cluster.overlap and not cfg.cluster.rollout_workers:
-        learner.add_rollout_copy()
-    engine = rollout_engine(learner, pool)
+    try:
+        if cfg.cluster.overlap and not cfg.cluster.rollout_workers:
+            learner.add_rollout_copy()
+        engine = rollout_engine(learner, pool)
+    except BaseException:  # e.g. rollout workers that cannot start: free the envs (Ray actors)
+        if own_pool:
+            pool.close()
+        raise
     eval_engine = RolloutEngine(learner.latest, rollout_config(cfg), pool=pool)
     logger = (MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
               if parallel.is_main else None)
