@@ -157,6 +157,24 @@ def test_a_changed_study_file_does_not_silently_reuse_old_runs(toy_dir):
         run_study(path, toy_dir / "out", runner=FakeRunner(), log=print)
 
 
+def test_runs_finished_before_tripod_added_a_field_are_still_recognised(toy_dir):
+    """A run finished by an older tripod has no fingerprint entry for a field added since
+    (here `train.budget_min`); at its default it is the same recipe, at another value not."""
+    path = write_study(toy_dir, arms=[{"name": "a"}])
+    run_study(path, toy_dir / "out", runner=FakeRunner(), log=print)
+    for marker in (toy_dir / "out").glob(f"*/*/{DONE_FILE}"):
+        saved = json.loads(marker.read_text())
+        recipe = json.loads(saved["fingerprint"])
+        del recipe["train"]["budget_min"]
+        saved["fingerprint"] = json.dumps(recipe, sort_keys=True)
+        marker.write_text(json.dumps(saved))
+    again = FakeRunner()
+    assert run_study(path, toy_dir / "out", runner=again, log=print).ran == []
+    path = write_study(toy_dir, arms=[{"name": "a", "set": {"train.budget_min": 5}}])
+    with pytest.raises(StudyError, match="finished with another recipe"):
+        run_study(path, toy_dir / "out", runner=FakeRunner(), log=print)
+
+
 def test_dry_run_runs_nothing_and_writes_nothing(toy_dir):
     path = write_study(toy_dir, arms=[{"name": "a"}])
     runner = FakeRunner()

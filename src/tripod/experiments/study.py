@@ -392,6 +392,24 @@ def _fingerprint(spec: RunSpec) -> str:
     return json.dumps(data, sort_keys=True)
 
 
+def _same_recipe(saved: str, spec: RunSpec) -> bool:
+    """Whether a finished run's fingerprint is this run's recipe. A recipe field that tripod
+    added after the run finished, at its default value, is not a difference: upgrading tripod
+    must not orphan a study's finished runs (a changed value still is one)."""
+    old = json.loads(saved)
+    now = json.loads(_fingerprint(spec))
+    return _without_new_defaults(now, old, TrainConfig().model_dump(mode="json")) == old
+
+
+def _without_new_defaults(now: Any, old: Any, defaults: Any) -> Any:
+    if not (isinstance(now, dict) and isinstance(old, dict)):
+        return now
+    defaults = defaults if isinstance(defaults, dict) else {}
+    return {k: _without_new_defaults(v, old[k], defaults.get(k)) if k in old else v
+            for k, v in now.items()
+            if k in old or k not in defaults or defaults[k] != v}
+
+
 def is_finished(spec: RunSpec) -> bool:
     """A run is finished when its marker exists; a marker for another recipe is an error (the
     study file changed under a study directory that holds runs of the old one)."""
@@ -399,7 +417,7 @@ def is_finished(spec: RunSpec) -> bool:
     if not (marker.is_file() and (spec.run_dir / "results.json").is_file()):
         return False
     saved = json.loads(marker.read_text())
-    if saved.get("fingerprint") != _fingerprint(spec):
+    if not _same_recipe(saved.get("fingerprint") or "{}", spec):
         raise StudyError(f"{spec.run_dir} was finished with another recipe than the study "
                          "file now gives; delete that run or use another --out")
     return True
