@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -108,12 +108,16 @@ class RunClock:
 
     def _write(self, held: _Held, milestone: float) -> None:
         path = snapshot_path(self.cfg.run_dir, milestone)
-        state = {"milestone_min": milestone, "taken_min": round(held.minutes, 3),
-                 "stage": held.stage, "iteration": 0,
-                 "config": self.cfg.model_dump(mode="json")}
-        save_checkpoint(path, held.policy, {}, state)
-        self.saved.append({"milestone_min": milestone, "taken_min": round(held.minutes, 3),
-                           "stage": held.stage, "path": str(path)})
+        record = {"milestone_min": milestone, "taken_min": round(held.minutes, 3),
+                  "stage": held.stage}
+        save_checkpoint(path, held.policy, {},
+                        {**record, "iteration": 0, "config": self.cfg.model_dump(mode="json")})
+        self.saved.append({**record, "path": str(path)})
+
+
+def paused(clock: RunClock | None) -> AbstractContextManager:
+    """`clock.paused()`, or nothing when the run has no clock (a resumed run)."""
+    return clock.paused() if clock is not None else nullcontext()
 
 
 def _copy(policy: Policy) -> Policy:

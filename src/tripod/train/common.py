@@ -33,6 +33,11 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutCon
                          options_by_env={e: {} for e in cfg.rollout.env_ids if e != cfg.env.id})
 
 
+def own_env_first(cfg: TrainConfig, more: list[str]) -> list[str]:
+    """`env.id`, then the other env ids of a mix (`sft.env_ids`, `rollout.env_ids`)."""
+    return [cfg.env.id, *(e for e in more if e != cfg.env.id)]
+
+
 def turn_cap(cfg: TrainConfig, env_id: str) -> int:
     """The turn cap of `env_id` in this run: the recipe's `env.max_turns` for its own env,
     the paper's cap (`envs/play.default_max_turns`) for any other (mixes, evaluations)."""

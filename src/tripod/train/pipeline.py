@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 from rich.console import Console
@@ -24,7 +22,7 @@ from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
 from tripod.report.html import build_report
 from tripod.report.records import TRAJECTORY_DIR, eval_path, write_trajectories
-from tripod.train.clock import RunClock
+from tripod.train.clock import RunClock, paused
 from tripod.train.common import (
     eval_turn_cap,
     prepare_run_dir,
@@ -140,7 +138,7 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
     Evaluations stop the run's clock (`clock.paused`): they are not training time."""
     policy = load_policy(cfg.model.name, device=cfg.model.device, seed=cfg.run.seed)
     if cfg.eval.before_training:
-        with _paused(clock):
+        with paused(clock):
             evaluate_all("base", policy, cfg, results, pool)
     if clock is not None:
         clock.boundary(policy, "start")
@@ -156,18 +154,10 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
     if clock is not None:
         clock.boundary(policy, "sft")
     if cfg.eval.before_training:
-        with _paused(clock):
+        with paused(clock):
             evaluate_all("sft", policy, cfg, results, pool)
     return policy
 
-
-@contextmanager
-def _paused(clock: RunClock | None) -> Iterator[None]:
-    if clock is None:
-        yield
-        return
-    with clock.paused():
-        yield
 
 
 def print_table(results: dict) -> None:

@@ -12,7 +12,6 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -50,9 +49,10 @@ from tripod.train.checkpoint import (
     save_checkpoint,
     set_rng_state,
 )
-from tripod.train.clock import RunClock
+from tripod.train.clock import RunClock, paused
 from tripod.train.common import (
     MetricLogger,
+    own_env_first,
     prepare_run_dir,
     rollout_config,
     sampling_params,
@@ -88,7 +88,7 @@ def training_jobs(cfg: TrainConfig, iteration: int) -> list[EpisodeJob]:
 
 
 def training_env_ids(cfg: TrainConfig) -> list[str]:
-    return [cfg.env.id, *(e for e in cfg.rollout.env_ids if e != cfg.env.id)]
+    return own_env_first(cfg, cfg.rollout.env_ids)
 
 
 def collect(engine: RolloutEngine | RolloutWorkers, cfg: TrainConfig, iteration: int,
@@ -307,7 +307,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
         for it, metrics in iterations(learner, engine, start_iter, cfg.train.iterations):
             evaluating = cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0
             if evaluating and parallel.is_main:
-                with clock.paused() if clock is not None else nullcontext():
+                with paused(clock):
                     metrics.update(validate(learner, eval_engine))   # evaluate
             if logger is not None:
                 logger.log(it + 1, metrics)                          # log

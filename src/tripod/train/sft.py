@@ -25,7 +25,7 @@ from tripod.policy.models import Policy, use_checkpointing
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.train.batch import Row, TrainBatch, collate, token_logprobs, trajectory_rows
-from tripod.train.common import chunks, rollout_config, turn_cap, write_recipe
+from tripod.train.common import chunks, own_env_first, rollout_config, turn_cap, write_recipe
 
 
 @dataclass
@@ -57,7 +57,7 @@ def collect_demonstrations(policy: Policy, cfg: TrainConfig,
 
 
 def sft_env_ids(cfg: TrainConfig) -> list[str]:
-    return [cfg.env.id, *(e for e in cfg.sft.env_ids if e != cfg.env.id)]
+    return own_env_first(cfg, cfg.sft.env_ids)
 
 
 def _play_demonstrations(policy: Policy, cfg: TrainConfig, env_id: str,
