@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from collections import Counter
 
-from tripod.core.config import load_config
+import pytest
+
+from tripod.core.config import ConfigError, load_config
 from tripod.core.types import EpisodeEnd
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
@@ -72,3 +74,16 @@ def test_sft_takes_demonstrations_from_every_listed_env(tiny_policy_factory):
     assert Counter(d.env_id for d in demos) == {"toy/letters-2": 3, "toy/letters-3": 3}
     assert {d.env_id: d.num_turns for d in demos} == {"toy/letters-2": 2, "toy/letters-3": 3}
     assert ("toy/letters-3", "sft", 3, {}) in run_plan(cfg)
+
+
+def test_eval_games_can_differ_per_env_id():
+    """`eval.games_by_env`: fewer games of the long env, the rest keep `eval.games`; a key
+    that is not evaluated fails naming it."""
+    cfg = load_config(overrides=[*BASE, "eval.env_ids=[toy/letters-2, toy/letters-3]",
+                                 "eval.games=6", "eval.games_by_env={toy/letters-3: 2}"])
+    assert (cfg.eval_games("toy/letters-2"), cfg.eval_games("toy/letters-3")) == (6, 2)
+    plan = run_plan(cfg)
+    assert ("toy/letters-2", "test", 6, {"vocabulary": 4}) in plan
+    assert ("toy/letters-3", "test", 2, {}) in plan
+    with pytest.raises(ConfigError, match="games_by_env.*letters-4"):
+        load_config(overrides=[*BASE, "eval.games_by_env={toy/letters-4: 2}"])

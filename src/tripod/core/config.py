@@ -250,6 +250,9 @@ class EvalSection(_Section):
     """Game split for the held-out evaluation (tune on `valid`, report on `test`)."""
     games: int = Field(20, ge=1)
     """Games per env id (one greedy episode each)."""
+    games_by_env: dict[str, int] = Field(default_factory=dict)
+    """Games for the env ids that differ from `games` (e.g. `{textworld/w4-o6-q8: 100}`:
+    longer games, fewer of them)."""
     max_turns: int | None = None
     """Turn cap for every evaluated env id. None: `env.max_turns` for the training env and the
     paper's cap for other env ids (3x the quest length for custom TextWorld games, 24 for
@@ -362,6 +365,21 @@ class TrainConfig(_Section):
                 f"{spec.min_group_size} episodes of the same game (got {self.rollout.group_size});"
                 " a group of 1 has no baseline")
         return self
+
+    @model_validator(mode="after")
+    def _check_eval_games(self) -> TrainConfig:
+        evaluated = self.eval.env_ids or [self.env.id]
+        for env_id, games in self.eval.games_by_env.items():
+            if env_id not in evaluated:
+                raise ValueError(f"eval.games_by_env: {env_id!r} is not evaluated "
+                                 f"(eval.env_ids: {evaluated})")
+            if games < 1:
+                raise ValueError(f"eval.games_by_env: {env_id!r} needs at least 1 game")
+        return self
+
+    def eval_games(self, env_id: str) -> int:
+        """Held-out games for one evaluated env id (`eval.games_by_env`, else `eval.games`)."""
+        return self.eval.games_by_env.get(env_id, self.eval.games)
 
     @property
     def run_dir(self) -> Path:

@@ -426,6 +426,13 @@ def is_finished(spec: RunSpec) -> bool:
 Runner = Callable[[TrainConfig], Any]
 
 
+def _games_text(cfg: TrainConfig) -> str:
+    if not cfg.eval.games_by_env:
+        return f"{cfg.eval.games} games per env"
+    envs = cfg.eval.env_ids or [cfg.env.id]
+    return ", ".join(f"{cfg.eval_games(e)} games of {e}" for e in envs)
+
+
 def default_runner(cfg: TrainConfig) -> Any:
     """The recipe pipeline; the run's models are freed before the next run loads its own."""
     import gc
@@ -530,7 +537,7 @@ def summarise_study(study: StudyFile, study_path: Path, runs: list[RunSpec], out
               f"Runs finished: {len(done)} of {len(runs)}"
               f"{' (smoke size: tiny model, not a result)' if smoke else ''}; seeds "
               f"{sorted({r.seed for r in runs})}; evaluation: split {study.eval.split}, "
-              f"{runs[0].cfg.eval.games} games per env, greedy.", "",
+              f"{_games_text(runs[0].cfg)}, greedy.", "",
               f"Command: `tripod study {_display(study_path)}{' --smoke' if smoke else ''}`"]
     outputs["summary"].write_text(summary_markdown(
         f"Study: {study.name}", header, rows, comparisons,

@@ -49,7 +49,7 @@ def run_plan(cfg: TrainConfig) -> list[tuple[str, str, int, dict]]:
         plan += [(env_id, "sft", cfg.sft.games + cfg.sft.recovery_games,
                   {**cfg.env.options, **cfg.sft.env_options} if env_id == cfg.env.id else {})
                  for env_id in sft_env_ids(cfg)]
-    plan += [(env_id, cfg.eval.split, cfg.eval.games, eval_options(cfg, env_id))
+    plan += [(env_id, cfg.eval.split, cfg.eval_games(env_id), eval_options(cfg, env_id))
              for env_id in eval_env_ids(cfg)]
     if cfg.train.eval_every:
         plan.append((cfg.env.id, "valid", cfg.train.eval_games, cfg.env.options))
@@ -86,7 +86,7 @@ def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict,
     for env_id in eval_env_ids(cfg):
         rcfg = rollout_config(cfg, max_turns=eval_turn_cap(cfg, env_id))
         rcfg.env_options = eval_options(cfg, env_id)
-        res, trajs = evaluate(policy, env_id, cfg.eval.split, cfg.eval.games,
+        res, trajs = evaluate(policy, env_id, cfg.eval.split, cfg.eval_games(env_id),
                               sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed,
                               pool=pool)
         write_trajectories(eval_path(cfg.run_dir, stage, env_id), trajs, policy.tokenizer,
