@@ -4,6 +4,8 @@ process as the one-process reference. Each rank saves its weights and the metric
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 from pathlib import Path
 
@@ -13,9 +15,11 @@ from tripod.core.config import load_config
 from tripod.policy import load_policy
 from tripod.policy.rollout import RolloutEngine
 from tripod.train import learner as learner_mod
+from tripod.train import rl as rl_mod
 from tripod.train.common import rollout_config, seed_everything
 from tripod.train.distributed import full_state_dict, init_parallel, shutdown_parallel
 from tripod.train.learner import build_learner
+from tripod.train.pipeline import run_recipe
 from tripod.train.rl import rl_iteration, train_rl
 
 RECIPE = ["model.name=tiny", "env.id=toy/letters-2", "env.max_turns=2",
@@ -73,9 +77,38 @@ def loop(out: Path, overrides: list[str]) -> list[dict]:
     return train_rl(cfg, load_policy("tiny", seed=1), quiet=True).history
 
 
+PIPELINE = ["run.name=p", "sft.enabled=true", "sft.games=6", "sft.lr=3e-3", "sft.epochs=2",
+            "eval.games=6", "eval.split=valid", "rollout.eval.max_new_tokens=3"]
+"""`tripod train` as a whole: SFT strong enough to change the tiny model's play on the toy."""
+
+
+def pipeline(out: Path, overrides: list[str]) -> dict:
+    """`run_recipe` (what `tripod train` runs); saves what it returned as
+    `results_rank{r}.json`."""
+    cfg = load_config(overrides=RECIPE + [f"run.out_dir={out}", *PIPELINE, *overrides])
+    rank = int(os.environ.get("RANK", "0"))
+    build = rl_mod.build_learner
+
+    def recorded(*args, **kwargs):  # the weights RL starts from, on this rank
+        learner = build(*args, **kwargs)
+        torch.save({k: v.detach().clone() for k, v in learner.latest.model.state_dict().items()},
+                   out / f"rl_start_rank{rank}.pt")
+        return learner
+
+    rl_mod.build_learner = recorded
+    try:
+        results = run_recipe(cfg)
+    finally:
+        rl_mod.build_learner = build
+    (out / f"results_rank{rank}.json").write_text(json.dumps(results))
+    return results
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     if sys.argv[1] == "--loop":
         loop(Path(sys.argv[2]), sys.argv[3:])
+    elif sys.argv[1] == "--pipeline":
+        pipeline(Path(sys.argv[2]), sys.argv[3:])
     else:
         run(Path(sys.argv[1]), sys.argv[2:])

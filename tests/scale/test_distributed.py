@@ -91,3 +91,34 @@ def test_shares_split_work_and_fsdp_pads_to_lockstep():
         ("m1", 2.0), ("m0", 0.0)]
     assert Parallel(rank=0, world_size=2, fsdp=True).micro_share(micros) == [
         ("m0", 2.0), ("m2", 2.0)]
+
+
+@pytest.mark.parametrize("fsdp", [False, True], ids=["ddp", "fsdp2"])
+def test_tripod_train_under_torchrun_runs_sft_and_evaluations_on_rank_0(tmp_path, fsdp):
+    """`run_recipe` on 2 ranks: rank 0 alone runs SFT, evaluates and writes the run's files;
+    rank 1 starts RL from rank 0's SFT weights (not the base model it loaded; under FSDP2
+    too, broadcast before sharding) and returns nothing; the numbers equal one process's."""
+    flags = ["train.iterations=1", "algo.lr=1e-3", f"cluster.fsdp={str(fsdp).lower()}"]
+    one = _dp_worker.pipeline(tmp_path / "one", flags)
+    _torchrun("--pipeline", tmp_path / "two", *flags)
+    two = tmp_path / "two"
+    assert json.loads((two / "results_rank1.json").read_text()) == {}
+    got = json.loads((two / "results_rank0.json").read_text())
+    assert got == json.loads((two / "p" / "results.json").read_text())
+    assert len((two / "p" / "metrics.jsonl").read_text().splitlines()) == 1
+    assert set(got["eval"]) == {"base", "sft", "final"}
+    keys = ("won", "episodes", "mean_turns", "invalid_rate", "env_errors")
+    for stage in ("base", "sft"):
+        (mine,), (ref,) = got["eval"][stage].values(), one["eval"][stage].values()
+        assert {k: mine[k] for k in keys} == {k: ref[k] for k in keys}, stage
+    assert got["sft_train"]["final_loss"] == pytest.approx(one["sft_train"]["final_loss"])
+    sft = _load(tmp_path / "one" / "rl_start_rank0.pt")
+    base = _dp_worker.load_policy("tiny", seed=3).model.state_dict()
+    assert max(float((sft[k] - base[k]).abs().max()) for k in base) > 1e-3  # SFT moved it
+    rank0 = _load(two / "rl_start_rank0.pt")
+    for k, w in _load(two / "rl_start_rank1.pt").items():
+        assert torch.equal(w, rank0[k]), k   # broadcast from rank 0
+        # one process (more threads) rounds SFT's sums differently: ~1e-6 vs SFT's > 1e-3
+        torch.testing.assert_close(w, sft[k], rtol=0, atol=1e-5, msg=k)
+    for k in ("episodes", "success_rate", "return", "entropy"):
+        assert got["rl_history"][0][k] == pytest.approx(one["rl_history"][0][k], rel=1e-4), k

@@ -163,11 +163,16 @@ class Parallel:
         return pooled
 
     def broadcast_module(self, module: torch.nn.Module) -> None:
-        """Give every rank rank 0's parameters and buffers (equal starts, whatever the init)."""
-        if not self.enabled or self.fsdp:
+        """Give every rank rank 0's parameters and buffers (equal starts, whatever the init:
+        under `tripod train`, rank 0 alone ran SFT). Called before FSDP shards the module."""
+        if not self.enabled:
             return
+        tensors = list(module.parameters()) + list(module.buffers())
+        if any(_is_dtensor(t) for t in tensors):
+            raise RuntimeError("broadcast_module: the module is already sharded (broadcast "
+                               "before fully_shard)")
         with torch.no_grad():
-            for t in list(module.parameters()) + list(module.buffers()):
+            for t in tensors:
                 dist.broadcast(t.data, src=0)
 
     def barrier(self) -> None:

@@ -30,6 +30,7 @@ from tripod.train.common import (
     sampling_params,
     seed_everything,
 )
+from tripod.train.distributed import init_parallel, shutdown_parallel
 from tripod.train.rl import train_rl, training_env_ids
 from tripod.train.sft import collect_demonstrations, demo_rows, sft_env_ids, train_sft
 
@@ -100,17 +101,29 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
 
     One env pool serves every stage (evaluations, demonstrations, RL), so game processes
     and workspaces start once per run, not once per stage (`cluster.backend: ray` makes it a
-    pool of Ray env workers)."""
+    pool of Ray env workers).
+
+    Under torchrun, rank 0 alone runs the SFT stage and the evaluations and writes the run's
+    files; the other ranks wait for it in RL's first collective (their policy gets rank 0's
+    weights there, `build_learner`), train data-parallel, and return `{}`. The first process
+    on each node builds the games (its ranks play their share of the training groups)."""
     start = time.perf_counter()
+    parallel, _ = init_parallel(cfg.model.device, cfg.cluster.fsdp)
     seed_everything(cfg.run.seed)
     check_envs(cfg)
-    run_dir = prepare_run_dir(cfg)
-    console.print(f"run directory: {run_dir}")
-    prepare_games(cfg)
+    run_dir = prepare_run_dir(cfg) if parallel.is_main else cfg.run_dir
+    if parallel.is_main:
+        console.print(f"run directory: {run_dir}")
+    if parallel.local_rank == 0:
+        prepare_games(cfg)
+    parallel.barrier()
     results: dict = {"run_dir": str(run_dir)}
-    clock = RunClock(cfg) if resume is None else None   # a resumed run's minutes are unknown
+    clock = (RunClock(cfg, writes=parallel.is_main) if resume is None
+             else None)   # a resumed run's minutes are unknown
     with open_pool(cfg.cluster) as pool:
-        policy = None if resume is not None else sft_stage(cfg, results, pool, clock)
+        policy = None
+        if resume is None and parallel.is_main:
+            policy = sft_stage(cfg, results, pool, clock)
         final_stage = "sft" if cfg.train.iterations == 0 else "final"
         if cfg.train.iterations > 0:
             rl = train_rl(cfg, policy=policy, resume=resume, pool=pool, clock=clock)
@@ -118,6 +131,9 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
             results["rl_iterations"] = rl.iterations
             results["checkpoint"] = str(rl.final_checkpoint)
             policy = rl.policy
+        shutdown_parallel(parallel)   # (train_rl already left the group; SFT-only runs)
+        if not parallel.is_main:
+            return {}
         if clock is not None:
             results["train_minutes"] = round(clock.minutes(), 2)
             results["snapshots"] = clock.finish(policy, final_stage)

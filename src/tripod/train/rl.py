@@ -334,9 +334,10 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
 
 def _out_of_time(clock: RunClock, learner: Learner, done: int) -> bool:
     """Mark the iteration's end on the run clock; True (on every rank alike) when the
-    budget leaves no room for another iteration."""
+    budget leaves no room for another iteration. Rank 0's clock decides: it alone ran the
+    SFT stage and the evaluations, so only it knows the run's minutes (`run_recipe`)."""
     clock.boundary(learner.latest, f"iteration {done}")
-    stop = any(flag for (flag,) in learner.parallel.gather([clock.should_stop()]))
+    stop = bool(learner.parallel.gather([clock.should_stop()])[0][0])
     if stop and learner.parallel.is_main:
         console.print(f"[yellow]train.budget_min={learner.cfg.train.budget_min:g} reached after "
                       f"{done} iterations ({clock.minutes():.1f} min): RL stops here[/yellow]")
