@@ -2,11 +2,13 @@
 
     python benchmarks/overlap.py [--iterations 4] [--step-s 0.3] [--model tiny]
     python benchmarks/overlap.py --env alfworld/generated --turns 4 --train-pool 12
+    python benchmarks/overlap.py --env bench/swe-run-tests --turns 4
 
 The default env is `toy/letters-4` with a sleep in every step (a stand-in for an SWE test
 run): the rollout's time is mostly waiting for envs, which the update can overlap. `--env`
 takes any registered env instead (`--env-options` as a YAML mapping; `--train-pool` keeps
-the games among those already generated, e.g. ALFWorld's cached ones). Both loops run the
+the games among those already generated, e.g. ALFWorld's cached ones); `bench/swe-run-tests`
+is the SWE env with every action turned into a test run (`TestingSwe`). Both loops run the
 same recipe and seeds; printed are the total wall time of the iterations, the mean rollout
 and update times, and how long the overlapped loop's update waited for its next batch. The
 load average is printed because this machine is shared; nothing is asserted. A one-iteration
@@ -29,7 +31,7 @@ import time
 import torch
 
 from tripod.core.config import load_config
-from tripod.envs.registry import register
+from tripod.envs.registry import make, register
 from tripod.envs.toy import LettersEnv
 from tripod.train.rl import train_rl
 
@@ -49,6 +51,29 @@ class SleepyLetters(LettersEnv):
 
 register(r"bench/sleepy-letters-\d+", SleepyLetters, ("bench/sleepy-letters-4",),
          "toy/letters-N with a sleep per step (benchmarks only)")
+
+
+class TestingSwe:
+    """`swe/generated-easy` where every action is `run_tests`, whatever the model wrote: the
+    tiny model never writes a tool call, so without this no SWE test would ever run. Each step
+    is then a real sandboxed pytest run of the task's tests (the env-heavy SWE case)."""
+
+    def __init__(self, env_id: str, split: str = "train", **options) -> None:
+        self.env_id, self.split = env_id, split
+        self._env = make("swe/generated-easy", split=split, **options)
+
+    def reset(self, game_index: int):
+        return self._env.reset(game_index)
+
+    def step(self, action: str):
+        return self._env.step("run_tests")
+
+    def close(self) -> None:
+        self._env.close()
+
+
+register(r"bench/swe-run-tests", TestingSwe, ("bench/swe-run-tests",),
+         "swe/generated-easy with every action replaced by run_tests (benchmarks only)")
 
 
 def env_flags(args: argparse.Namespace) -> list[str]:
