@@ -79,7 +79,8 @@ def loop(out: Path, overrides: list[str]) -> list[dict]:
 
 PIPELINE = ["run.name=p", "sft.enabled=true", "sft.games=6", "sft.lr=3e-3", "sft.epochs=2",
             "eval.games=6", "eval.split=valid", "rollout.eval.max_new_tokens=3"]
-"""`tripod train` as a whole: SFT strong enough to change the tiny model's play on the toy."""
+"""`tripod train` as a whole, with an SFT stage that moves the tiny model's weights far beyond
+float noise (> 1e-3), so a rank that skipped it would start RL visibly elsewhere."""
 
 
 def pipeline(out: Path, overrides: list[str]) -> dict:
