@@ -368,7 +368,7 @@ class TrainConfig(_Section):
 
     @model_validator(mode="after")
     def _check_eval_games(self) -> TrainConfig:
-        evaluated = self.eval.env_ids or [self.env.id]
+        evaluated = self.eval_env_ids()
         for env_id, games in self.eval.games_by_env.items():
             if env_id not in evaluated:
                 raise ValueError(f"eval.games_by_env: {env_id!r} is not evaluated "
@@ -376,6 +376,10 @@ class TrainConfig(_Section):
             if games < 1:
                 raise ValueError(f"eval.games_by_env: {env_id!r} needs at least 1 game")
         return self
+
+    def eval_env_ids(self) -> list[str]:
+        """The env ids evaluated after training (`eval.env_ids`, else `env.id`)."""
+        return self.eval.env_ids or [self.env.id]
 
     def eval_games(self, env_id: str) -> int:
         """Held-out games for one evaluated env id (`eval.games_by_env`, else `eval.games`)."""

@@ -429,8 +429,7 @@ Runner = Callable[[TrainConfig], Any]
 def _games_text(cfg: TrainConfig) -> str:
     if not cfg.eval.games_by_env:
         return f"{cfg.eval.games} games per env"
-    envs = cfg.eval.env_ids or [cfg.env.id]
-    return ", ".join(f"{cfg.eval_games(e)} games of {e}" for e in envs)
+    return ", ".join(f"{cfg.eval_games(e)} games of {e}" for e in cfg.eval_env_ids())
 
 
 def default_runner(cfg: TrainConfig) -> Any:

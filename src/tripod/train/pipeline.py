@@ -79,7 +79,7 @@ def eval_options(cfg: TrainConfig, env_id: str) -> dict:
 
 
 def eval_env_ids(cfg: TrainConfig) -> list[str]:
-    return cfg.eval.env_ids or [cfg.env.id]
+    return cfg.eval_env_ids()
 
 
 def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict,
