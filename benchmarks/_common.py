@@ -21,6 +21,7 @@ import torch
 from tripod.core.types import Trajectory
 from tripod.policy.rollout import RolloutEngine
 from tripod.policy.sampler import ArenaStats
+from tripod.train.common import resident_mb
 
 
 def progress(msg: str) -> None:
@@ -156,18 +157,6 @@ class ArenaCountingEngine(RolloutEngine):
 
 
 # -- resident memory ---------------------------------------------------------------------------
-def _rss_mb() -> float:
-    """This process's resident set now (VmRSS), in MB; 0 where /proc is missing."""
-    try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
-
-
 def max_rss_mb() -> float:
     """`ru_maxrss` of this process (the kernel's high-water mark since it started), in MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -199,7 +188,7 @@ class RssSampler:
         self._sample()
 
     def _sample(self) -> None:
-        phase, rss = self._phase, _rss_mb()
+        phase, rss = self._phase, resident_mb()
         self.peaks[phase] = max(self.peaks.get(phase, 0.0), rss)
 
     def _run(self) -> None:

@@ -26,6 +26,7 @@ from tripod.train.clock import RunClock, paused
 from tripod.train.common import (
     eval_turn_cap,
     prepare_run_dir,
+    release_memory,
     rollout_config,
     sampling_params,
     seed_everything,
@@ -131,6 +132,11 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
             results["rl_iterations"] = rl.iterations
             results["checkpoint"] = str(rl.final_checkpoint)
             policy = rl.policy
+            del rl
+            before, after = release_memory()   # the learner's state: not needed to evaluate
+            if parallel.is_main and before:
+                console.print(f"memory after RL: {before / 1024:.1f} GB resident, "
+                              f"{after / 1024:.1f} GB once the learner is freed")
         shutdown_parallel(parallel)   # (train_rl already left the group; SFT-only runs)
         if not parallel.is_main:
             return {}
