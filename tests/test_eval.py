@@ -63,6 +63,13 @@ def test_tripod_eval_uses_the_checkpoint_recipe(tmp_path, capsys):
     sampling, rcfg = eval_settings(_eval_args(tmp_path, "textworld/w4-o6-q8",
                                               max_new_tokens=8))
     assert sampling.max_new_tokens == 8 and rcfg.max_turns == 24 and rcfg.env_options == {}
+    # ... unless the recipe gave that env id options of its own (`env.options_by_env`)
+    mixed = load_config(None, ["env.id=textworld/w2-o3-q4", "rollout.env_ids=[textworld/w4-o6-q8]",
+                               "env.options_by_env={textworld/w4-o6-q8: {inventory: true}}"])
+    (tmp_path / "mixed").mkdir()
+    write_recipe(tmp_path / "mixed", mixed)
+    _, rcfg = eval_settings(_eval_args(tmp_path / "mixed", "textworld/w4-o6-q8"))
+    assert rcfg.env_options == {"inventory": True}
 
 
 def test_one_turn_cap_rule_for_train_evaluations_and_tripod_eval(monkeypatch):

@@ -117,11 +117,10 @@ def eval_settings(args: argparse.Namespace):
     cap and evaluation sampling; a flag given on the command line overrides its setting."""
     from tripod.core.config import TrainConfig
     from tripod.envs.play import default_max_turns
-    from tripod.train.common import eval_turn_cap, read_recipe, rollout_config
+    from tripod.train.common import env_options, eval_turn_cap, read_recipe, rollout_config
 
     recipe = read_recipe(args.checkpoint) if Path(args.checkpoint).is_dir() else None
     cfg = recipe or TrainConfig()
-    same_env = recipe is not None and args.env == cfg.env.id
     sampling = cfg.rollout.eval.model_copy(update={
         k: v for k, v in (("temperature", args.temperature),
                           ("max_new_tokens", args.max_new_tokens)) if v is not None})
@@ -129,7 +128,7 @@ def eval_settings(args: argparse.Namespace):
                                else default_max_turns(args.env))
     rcfg = rollout_config(cfg, max_turns=turns)
     rcfg.batch_size = args.batch_size
-    rcfg.env_options = dict(cfg.env.options) if same_env else {}
+    rcfg.env_options = env_options(cfg, args.env) if recipe is not None else {}
     source = f"recipe saved with {args.checkpoint}" if recipe else "tripod defaults (no recipe)"
     print(f"evaluating with {source}: temperature {sampling.temperature}, max_new_tokens "
           f"{sampling.max_new_tokens}, max_turns {turns}, history_window "

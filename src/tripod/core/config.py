@@ -82,6 +82,10 @@ class EnvSection(_Section):
     """Turn cap per episode (12 for w2-o3-q4; 24 for larger games)."""
     options: dict[str, Any] = Field(default_factory=dict)
     """Env-specific overrides passed to `tripod.envs.make`."""
+    options_by_env: dict[str, dict[str, Any]] = Field(default_factory=dict)
+    """Options of the run's other env ids (a training or demonstration mix, other evaluated
+    envs), by env id, e.g. `{textworld/w4-o6-q8: {inventory: true}}`; an env id not named
+    here plays with its defaults. `options` alone apply to `id`."""
     faults: FaultsSection = Field(default_factory=FaultsSection)
     """Fault injection on env steps (off unless `rate` > 0)."""
 
@@ -375,6 +379,18 @@ class TrainConfig(_Section):
                                  f"(eval.env_ids: {evaluated})")
             if games < 1:
                 raise ValueError(f"eval.games_by_env: {env_id!r} needs at least 1 game")
+        return self
+
+    @model_validator(mode="after")
+    def _check_options_by_env(self) -> TrainConfig:
+        others = {*self.rollout.env_ids, *self.sft.env_ids, *self.eval_env_ids()} - {self.env.id}
+        for env_id in self.env.options_by_env:
+            if env_id == self.env.id:
+                raise ValueError(f"env.options_by_env: {env_id!r} is env.id; its options go in "
+                                 "env.options")
+            if env_id not in others:
+                raise ValueError(f"env.options_by_env: {env_id!r} is not played by this run "
+                                 f"(its other env ids: {sorted(others)})")
         return self
 
     def eval_env_ids(self) -> list[str]:

@@ -50,6 +50,14 @@ def release_memory() -> tuple[float, float]:
     return before, resident_mb()
 
 
+def env_options(cfg: TrainConfig, env_id: str) -> dict:
+    """The options an env id plays with in this run: `env.options` for the recipe's env,
+    `env.options_by_env` for the others (their defaults where it names none)."""
+    if env_id == cfg.env.id:
+        return dict(cfg.env.options)
+    return dict(cfg.env.options_by_env.get(env_id, {}))
+
+
 def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutConfig:
     return RolloutConfig(max_turns=max_turns or cfg.env.max_turns,
                          batch_size=cfg.rollout.batch_size,
@@ -57,7 +65,8 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutCon
                          truncated_action=cfg.rollout.truncated_action,
                          prompt=cfg.prompt.model_copy(), env_options=dict(cfg.env.options),
                          faults=cfg.env.faults,
-                         options_by_env={e: {} for e in cfg.rollout.env_ids if e != cfg.env.id})
+                         options_by_env={e: env_options(cfg, e) for e in cfg.rollout.env_ids
+                                         if e != cfg.env.id})
 
 
 def own_env_first(cfg: TrainConfig, more: list[str]) -> list[str]:

@@ -24,6 +24,7 @@ from tripod.report.html import build_report
 from tripod.report.records import TRAJECTORY_DIR, eval_path, write_trajectories
 from tripod.train.clock import RunClock, paused
 from tripod.train.common import (
+    env_options,
     eval_turn_cap,
     prepare_run_dir,
     release_memory,
@@ -33,7 +34,13 @@ from tripod.train.common import (
 )
 from tripod.train.distributed import init_parallel, shutdown_parallel
 from tripod.train.rl import train_rl, training_env_ids
-from tripod.train.sft import collect_demonstrations, demo_rows, sft_env_ids, train_sft
+from tripod.train.sft import (
+    collect_demonstrations,
+    demo_rows,
+    sft_env_ids,
+    sft_options,
+    train_sft,
+)
 
 console = Console(stderr=True)
 
@@ -41,15 +48,16 @@ console = Console(stderr=True)
 def run_plan(cfg: TrainConfig) -> list[tuple[str, str, int, dict]]:
     """Every (env id, split, games, env options) the run will play, in order of use.
 
-    The training env's options apply to training, SFT and its own evaluation; other
-    evaluated env ids get their defaults (as `evaluate_all` plays them)."""
+    Each env id plays with its options wherever it is used (`env_options`: `env.options`
+    for the recipe's env, `env.options_by_env` for the others), demonstrations of the
+    recipe's env with `sft.env_options` on top."""
     used = cfg.rollout.games_per_iter * cfg.train.iterations
     train_games = min(cfg.rollout.train_pool or used, used)
     plan = [(env_id, "train", train_games, eval_options(cfg, env_id))
             for env_id in training_env_ids(cfg)]
     if cfg.sft.enabled:
         plan += [(env_id, "sft", cfg.sft.games + cfg.sft.recovery_games,
-                  {**cfg.env.options, **cfg.sft.env_options} if env_id == cfg.env.id else {})
+                  sft_options(cfg, env_id))
                  for env_id in sft_env_ids(cfg)]
     plan += [(env_id, cfg.eval.split, cfg.eval_games(env_id), eval_options(cfg, env_id))
              for env_id in eval_env_ids(cfg)]
@@ -76,7 +84,7 @@ def prepare_games(cfg: TrainConfig) -> None:
 
 
 def eval_options(cfg: TrainConfig, env_id: str) -> dict:
-    return dict(cfg.env.options) if env_id == cfg.env.id else {}
+    return env_options(cfg, env_id)
 
 
 def eval_env_ids(cfg: TrainConfig) -> list[str]:

@@ -25,7 +25,14 @@ from tripod.policy.models import Policy, use_checkpointing
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.train.batch import Row, TrainBatch, collate, token_logprobs, trajectory_rows
-from tripod.train.common import chunks, own_env_first, rollout_config, turn_cap, write_recipe
+from tripod.train.common import (
+    chunks,
+    env_options,
+    own_env_first,
+    rollout_config,
+    turn_cap,
+    write_recipe,
+)
 
 
 @dataclass
@@ -60,13 +67,21 @@ def sft_env_ids(cfg: TrainConfig) -> list[str]:
     return own_env_first(cfg, cfg.sft.env_ids)
 
 
+def sft_options(cfg: TrainConfig, env_id: str) -> dict:
+    """An env id's options for demonstrations: its run options (`env_options`), and for the
+    recipe's env `sft.env_options` on top."""
+    extra = cfg.sft.env_options if env_id == cfg.env.id else {}
+    return {**env_options(cfg, env_id), **extra}
+
+
 def _play_demonstrations(policy: Policy, cfg: TrainConfig, env_id: str,
                          pool: EnvPool | None) -> list[Trajectory]:
     """One env id's expert and recovery episodes. The recipe's env gets its options,
-    `sft.env_options` and `sft.max_turns`; another env id its defaults and the paper's cap."""
+    `sft.env_options` and `sft.max_turns`; another env id its own options (`env.options_by_env`)
+    and the paper's cap."""
     own = env_id == cfg.env.id
     rcfg = rollout_config(cfg, max_turns=cfg.sft.max_turns if own else turn_cap(cfg, env_id))
-    rcfg.env_options = {**rcfg.env_options, **cfg.sft.env_options} if own else {}
+    rcfg.env_options = sft_options(cfg, env_id)
     engine = RolloutEngine(policy, rcfg, pool=pool)
     greedy = SamplingParams(temperature=0.0)
     plain = make_jobs(env_id, "sft", list(range(cfg.sft.games)), 1, cfg.run.seed)
