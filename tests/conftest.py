@@ -7,6 +7,12 @@ import os
 os.environ.setdefault("TRIPOD_CACHE", "/tmp/tripod-test-cache")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# Under pytest-xdist (`make test` runs 2 workers), each worker gets its share of the cores:
+# 2 workers x 2 torch threads on 2 cores would oversubscribe them. Set before torch loads;
+# subprocesses (torchrun, the CLI) inherit it.
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    os.environ.setdefault("OMP_NUM_THREADS", str(_share))
 
 import pytest  # noqa: E402
 
