@@ -11,7 +11,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # 2 workers x 2 torch threads on 2 cores would oversubscribe them. Set before torch loads;
 # subprocesses (torchrun, the CLI) inherit it.
 if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
-    _share = max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
+    _cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    _share = max(1, (_cores or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"]))
     os.environ.setdefault("OMP_NUM_THREADS", str(_share))
 
 import pytest  # noqa: E402
@@ -32,8 +33,14 @@ def smollm2():
     return load_policy("smollm2-135m")
 
 
+@pytest.hookimpl(tryfirst=True)   # before pytest-xdist reads the groups
 def pytest_collection_modifyitems(config, items):
-    """`gpu` tests run only where CUDA is available (CI machines have none)."""
+    """`gpu` tests run only where CUDA is available (CI machines have none). Under
+    pytest-xdist, tests that share a costly fixture run on one worker (`_xdist_group`)."""
+    for item in items:
+        group = _xdist_group(item)
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
     import torch
 
     if torch.cuda.is_available():
@@ -42,3 +49,24 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+def _xdist_group(item) -> str | None:
+    """One worker per shared fixture: a test using a session fixture of a sub-folder's
+    conftest (a local Ray, the report's tiny run) joins that folder's group; one using a
+    module fixture (a training run, generated games) joins its module's group. Otherwise
+    each worker would build the fixture again, or start a second Ray. An explicit
+    `xdist_group` mark wins; the root conftest's session fixtures (models) are cheap."""
+    if item.get_closest_marker("xdist_group") is not None:
+        return None
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return None
+    module_scoped = False
+    for name in info.names_closure:
+        for fixturedef in info.name2fixturedefs.get(name, ()):
+            where = fixturedef.baseid
+            if fixturedef.scope == "session" and where not in ("", "tests"):
+                return where
+            module_scoped = module_scoped or fixturedef.scope == "module"
+    return item.module.__name__ if module_scoped and item.module is not None else None

@@ -24,8 +24,14 @@ import pytest
 BENCHMARKS = Path(__file__).resolve().parents[2] / "benchmarks"
 
 
+def _threads() -> str:
+    """The test process's torch threads (one per pytest-xdist worker, `tests/conftest.py`)."""
+    return os.environ.get("OMP_NUM_THREADS", "2")
+
+
 def _run(script: str, *args: str) -> dict:
-    out = subprocess.run([sys.executable, str(BENCHMARKS / script), "--tiny", "--json", *args],
+    out = subprocess.run([sys.executable, str(BENCHMARKS / script), "--tiny", "--json",
+                          "--threads", _threads(), *args],
                          env=os.environ, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads(out.stdout)  # stdout holds the report alone (logs go to stderr)

@@ -17,8 +17,9 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "rollout_throughpu
 
 
 def test_rollout_benchmark_quick():
-    out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json"], env=os.environ,
-                         capture_output=True, text=True, timeout=900)
+    threads = os.environ.get("OMP_NUM_THREADS", "2")   # one per pytest-xdist worker
+    out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", "--threads", threads],
+                         env=os.environ, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
     runs = report["runs"]

@@ -15,9 +15,6 @@ from tripod.policy.sampler import SamplingParams
 ray = pytest.importorskip("ray")
 from tripod.envs.ray_pool import start_ray_pool  # noqa: E402
 
-# One local Ray per test session: under pytest-xdist these run on one worker.
-pytestmark = pytest.mark.xdist_group("ray")
-
 CLUSTER = ClusterSection(backend="ray", num_cpus=2, env_workers=2)
 SAMPLING = SamplingParams(temperature=1.0, max_new_tokens=3)
 ROLLOUT = RolloutConfig(max_turns=3, batch_size=4, truncated_action="step",

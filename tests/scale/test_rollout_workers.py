@@ -27,9 +27,6 @@ from tripod.train.rl import collect, rl_iteration
 
 from ._dp_worker import RECIPE
 
-# One local Ray per test session: under pytest-xdist these run on one worker.
-pytestmark = pytest.mark.xdist_group("ray")
-
 FLAGS = ["cluster.backend=ray", "cluster.rollout_workers=2", "algo.lr=1e-3"]
 CRASH_GAME = 7
 """Iteration 2 plays games 6-8; game 7 (group 1: worker 1's share) kills its worker."""

@@ -29,6 +29,10 @@ from tripod.envs.swe.sandbox import (
 from tripod.envs.swe.task import SweTask
 from tripod.envs.swe.tools import ToolCallError, parse_tool_call
 
+# Their checks look at every process on the machine (forks left behind): under
+# pytest-xdist they share one worker.
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 needs_namespaces = pytest.mark.skipif(
     not namespaces_available(), reason="unshare cannot create namespaces on this machine")
 BASE = 4 / 5

@@ -18,6 +18,10 @@ from tripod.envs.swe.sandbox import (
 )
 from tripod.envs.swe.task import SweTask
 
+# Their checks look at every process on the machine (forks left behind): under
+# pytest-xdist they share one worker.
+pytestmark = pytest.mark.xdist_group("sandbox")
+
 needs_namespaces = pytest.mark.skipif(
     not namespaces_available(), reason="unshare cannot create namespaces on this machine")
 FAST = SandboxLimits(wall_s=8, cpu_s=5, processes=64, output_bytes=200_000)

@@ -89,33 +89,50 @@ def test_eval_games_can_differ_per_env_id():
         load_config(overrides=[*BASE, "eval.games_by_env={toy/letters-4: 2}"])
 
 
-def test_options_by_env_reach_every_use_of_that_env(tiny_policy_factory):
-    """`env.options_by_env` gives a mixed env id its options in RL, demonstrations, the
-    game plan and its evaluation; a key the run does not play, or env.id, fails."""
+def test_options_by_env_reach_every_use_of_that_env(tiny_policy_factory, tmp_path):
+    """`env.options_by_env` gives each other env id its options wherever it is played: an
+    RL-only id (letters-3), an SFT-only id (letters-4) and an evaluation-only id (letters-5),
+    each with its own vocabulary; keys the run does not play, or env.id, fail."""
+    from tripod.train import pipeline
     from tripod.train.common import env_options
-    from tripod.train.pipeline import eval_options
 
     mix = [*BASE, "rollout.env_ids=[toy/letters-3]", "sft.enabled=true", "sft.games=2",
-           "sft.env_ids=[toy/letters-3]", "eval.env_ids=[toy/letters-2, toy/letters-3]",
-           "env.options_by_env={toy/letters-3: {vocabulary: 5}}",
-           "rollout.train.max_new_tokens=2"]
+           "sft.env_ids=[toy/letters-4]", "eval.env_ids=[toy/letters-2, toy/letters-5]",
+           "eval.games=2", f"run.out_dir={tmp_path}", "rollout.train.max_new_tokens=2",
+           "env.options_by_env={toy/letters-3: {vocabulary: 5}, toy/letters-4: {vocabulary: 6},"
+           " toy/letters-5: {vocabulary: 7}}"]
     cfg = load_config(overrides=mix)
-    assert env_options(cfg, "toy/letters-3") == eval_options(cfg, "toy/letters-3") == {
-        "vocabulary": 5}
-    assert env_options(cfg, "toy/letters-2") == {"vocabulary": 4}
-    plan = run_plan(cfg)
-    for split in ("train", "sft", "test"):
-        assert any(step[0] == "toy/letters-3" and step[1] == split
-                   and step[3] == {"vocabulary": 5} for step in plan), split
-    engine = RolloutEngine(tiny_policy_factory(), rollout_config(cfg))
+    want = {"toy/letters-2": 4, "toy/letters-3": 5, "toy/letters-4": 6, "toy/letters-5": 7}
+    assert {e: env_options(cfg, e)["vocabulary"] for e in want} == want
+    assert {(step[0], step[1]): step[3]["vocabulary"] for step in run_plan(cfg)} == {
+        ("toy/letters-2", "train"): 4, ("toy/letters-3", "train"): 5,
+        ("toy/letters-2", "sft"): 4, ("toy/letters-4", "sft"): 6,
+        ("toy/letters-2", "test"): 4, ("toy/letters-5", "test"): 7}
+
+    def words(trajs):   # the objective lists the game's vocabulary
+        return {t.env_id: t.objective.split(".")[0].count(",") + 1 for t in trajs}
+
+    policy = tiny_policy_factory()
+    engine = RolloutEngine(policy, rollout_config(cfg))
     trajs, _ = engine.collect(training_jobs(cfg, 0), SamplingParams(temperature=0.0),
                               actor=expert_actor(0.0))
     engine.close()
-    words = {t.env_id: t.objective.split(".")[0].count(",") + 1 for t in trajs}
-    assert words == {"toy/letters-2": 4, "toy/letters-3": 5}
-    demos = collect_demonstrations(tiny_policy_factory(), cfg)
-    assert {d.env_id: d.objective.split(".")[0].count(",") + 1 for d in demos} == words
-    with pytest.raises(ConfigError, match="options_by_env.*letters-4"):
-        load_config(overrides=[*mix, "env.options_by_env={toy/letters-4: {vocabulary: 5}}"])
+    assert words(trajs) == {"toy/letters-2": 4, "toy/letters-3": 5}
+    assert words(collect_demonstrations(policy, cfg)) == {"toy/letters-2": 4, "toy/letters-4": 6}
+    played = []
+    real = pipeline.evaluate
+
+    def recording(*args, **kwargs):
+        result, trajs = real(*args, **kwargs)
+        played.extend(trajs)
+        return result, trajs
+
+    pipeline.prepare_run_dir(cfg)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(pipeline, "evaluate", recording)
+        pipeline.evaluate_all("final", policy, cfg, {}, pool=None)
+    assert words(played) == {"toy/letters-2": 4, "toy/letters-5": 7}
+    with pytest.raises(ConfigError, match="options_by_env.*letters-9"):
+        load_config(overrides=[*mix, "env.options_by_env={toy/letters-9: {vocabulary: 5}}"])
     with pytest.raises(ConfigError, match="options_by_env.*env.options"):
         load_config(overrides=[*mix, "env.options_by_env={toy/letters-2: {vocabulary: 5}}"])

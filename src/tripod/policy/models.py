@@ -9,6 +9,7 @@ converts it once into a safetensors folder in tripod's cache and later loads rea
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import shutil
 import tempfile
@@ -66,10 +67,20 @@ def _smollm2_gguf_dir() -> Path:
 
 
 def smollm2_dir() -> Path:
-    """The converted SmolLM2 folder (safetensors + tokenizer), converting on first use."""
+    """The converted SmolLM2 folder (safetensors + tokenizer), converting on first use.
+    Processes that start at once (test workers, runs) convert it once: one holds a lock
+    while the others wait and then find it done."""
     target = cache_dir("models") / "smollm2-135m-instruct"
-    if (target / "config.json").exists() and (target / "model.safetensors").exists():
+    if _converted(target):
         return target
+    with open(target.parent / ".smollm2.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not _converted(target):
+            _convert_smollm2(target)
+    return target
+
+
+def _convert_smollm2(target: Path) -> None:
     src = _smollm2_gguf_dir()
     tokenizer = AutoTokenizer.from_pretrained(str(src), gguf_file=SMOLLM2_GGUF,
                                               local_files_only=True)
@@ -87,9 +98,12 @@ def smollm2_dir() -> Path:
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".convert-"))
     model.save_pretrained(tmp)
     tokenizer.save_pretrained(tmp)
-    shutil.rmtree(target, ignore_errors=True)
+    shutil.rmtree(target, ignore_errors=True)   # a partial leftover (under the lock)
     tmp.rename(target)  # atomic: a crash never leaves a half-converted folder behind
-    return target
+
+
+def _converted(folder: Path) -> bool:
+    return (folder / "config.json").exists() and (folder / "model.safetensors").exists()
 
 
 def _tiny_model(vocab_size: int, seed: int = 0) -> PreTrainedModel:

@@ -75,8 +75,8 @@ class RolloutConfig:
     env_options: dict = field(default_factory=dict)       # env.options
     faults: FaultsSection | None = None                   # env.faults
     options_by_env: dict[str, dict] = field(default_factory=dict)
-    """Options of the other env ids of a mix (rollout.env_ids: their defaults), where
-    `env_options` (the recipe's env) must not apply."""
+    """Options of the run's other env ids (mixes, other evaluated envs: `env.options_by_env`
+    or their defaults), where `env_options` (the recipe's env) must not apply."""
 
     def options_for(self, env_id: str) -> dict:
         return self.options_by_env.get(env_id, self.env_options)

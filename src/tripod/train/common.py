@@ -41,12 +41,14 @@ def resident_mb() -> float:
 def release_memory() -> tuple[float, float]:
     """Collect unreachable objects (a finished learner's cycles: optimizer state, reference
     model, activations' buffers) and hand glibc's free heap pages back to the system
-    (`malloc_trim`): after RL, the allocator otherwise keeps the update's peak resident
+    (`malloc_trim`; on a GPU, the caching allocator's free blocks): after RL, the allocator otherwise keeps the update's peak resident
     while evaluation runs. Returns the resident MB before and after."""
     before = resident_mb()
     gc.collect()
     with contextlib.suppress(OSError, AttributeError):   # not glibc: the collection alone
         ctypes.CDLL("libc.so.6").malloc_trim(0)
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()   # the caching allocator's blocks, on a GPU
     return before, resident_mb()
 
 
@@ -58,6 +60,13 @@ def env_options(cfg: TrainConfig, env_id: str) -> dict:
     return dict(cfg.env.options_by_env.get(env_id, {}))
 
 
+def other_env_ids(cfg: TrainConfig) -> list[str]:
+    """The env ids a run plays besides `env.id`: its RL and demonstration mixes and its other
+    evaluated envs."""
+    played = [*cfg.rollout.env_ids, *cfg.sft.env_ids, *cfg.eval_env_ids()]
+    return [e for e in dict.fromkeys(played) if e != cfg.env.id]
+
+
 def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutConfig:
     return RolloutConfig(max_turns=max_turns or cfg.env.max_turns,
                          batch_size=cfg.rollout.batch_size,
@@ -65,8 +74,7 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutCon
                          truncated_action=cfg.rollout.truncated_action,
                          prompt=cfg.prompt.model_copy(), env_options=dict(cfg.env.options),
                          faults=cfg.env.faults,
-                         options_by_env={e: env_options(cfg, e) for e in cfg.rollout.env_ids
-                                         if e != cfg.env.id})
+                         options_by_env={e: env_options(cfg, e) for e in other_env_ids(cfg)})
 
 
 def own_env_first(cfg: TrainConfig, more: list[str]) -> list[str]:
