@@ -287,14 +287,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     learner, start_iter = _start(cfg, policy, resume, parallel)
     own_pool = pool is None
     pool = pool or open_pool(cfg.cluster)
-    try:
-        if cfg.cluster.overlap and not cfg.cluster.rollout_workers:
-            learner.add_rollout_copy()
-        engine = rollout_engine(learner, pool)
-    except BaseException:  # e.g. rollout workers that cannot start: free the envs (Ray actors)
-        if own_pool:
-            pool.close()
-        raise
+    engine = _start_rollouts(learner, pool, own_pool)
     eval_engine = RolloutEngine(learner.latest, rollout_config(cfg), pool=pool)
     logger = (MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
               if parallel.is_main else None)
@@ -330,6 +323,20 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
         ckpt = _save(learner, run_dir, done)
     shutdown_parallel(parallel)
     return RLResult(run_dir, done, history, ckpt, learner.latest)
+
+
+def _start_rollouts(learner: Learner, pool: EnvPool,
+                    own_pool: bool) -> RolloutEngine | RolloutWorkers:
+    """The training rollouts' engine (with the rollout copy overlap needs). If it cannot
+    start (e.g. rollout workers), a pool the loop opened is closed (its Ray actors freed)."""
+    try:
+        if learner.cfg.cluster.overlap and not learner.cfg.cluster.rollout_workers:
+            learner.add_rollout_copy()
+        return rollout_engine(learner, pool)
+    except BaseException:
+        if own_pool:
+            pool.close()
+        raise
 
 
 def _out_of_time(clock: RunClock, learner: Learner, done: int) -> bool:
