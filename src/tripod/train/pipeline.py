@@ -53,13 +53,13 @@ def run_plan(cfg: TrainConfig) -> list[tuple[str, str, int, dict]]:
     recipe's env with `sft.env_options` on top."""
     used = cfg.rollout.games_per_iter * cfg.train.iterations
     train_games = min(cfg.rollout.train_pool or used, used)
-    plan = [(env_id, "train", train_games, eval_options(cfg, env_id))
+    plan = [(env_id, "train", train_games, env_options(cfg, env_id))
             for env_id in training_env_ids(cfg)]
     if cfg.sft.enabled:
         plan += [(env_id, "sft", cfg.sft.games + cfg.sft.recovery_games,
                   sft_options(cfg, env_id))
                  for env_id in sft_env_ids(cfg)]
-    plan += [(env_id, cfg.eval.split, cfg.eval_games(env_id), eval_options(cfg, env_id))
+    plan += [(env_id, cfg.eval.split, cfg.eval_games(env_id), env_options(cfg, env_id))
              for env_id in eval_env_ids(cfg)]
     if cfg.train.eval_every:
         plan.append((cfg.env.id, "valid", cfg.train.eval_games, cfg.env.options))
@@ -83,10 +83,6 @@ def prepare_games(cfg: TrainConfig) -> None:
             family.prepare(env_id, split, list(range(n)), dict(options))
 
 
-def eval_options(cfg: TrainConfig, env_id: str) -> dict:
-    return env_options(cfg, env_id)
-
-
 def eval_env_ids(cfg: TrainConfig) -> list[str]:
     return cfg.eval_env_ids()
 
@@ -95,7 +91,7 @@ def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict,
                  pool: EnvPool) -> None:
     for env_id in eval_env_ids(cfg):
         rcfg = rollout_config(cfg, max_turns=eval_turn_cap(cfg, env_id))
-        rcfg.env_options = eval_options(cfg, env_id)
+        rcfg.env_options = env_options(cfg, env_id)
         res, trajs = evaluate(policy, env_id, cfg.eval.split, cfg.eval_games(env_id),
                               sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed,
                               pool=pool)
