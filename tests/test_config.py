@@ -35,6 +35,20 @@ def test_overrides_apply_and_types_are_parsed():
     assert cfg.env.options == {"vocabulary": 4} and cfg.prompt.history_window == 2
 
 
+def test_an_override_sets_its_key_a_mapping_included(tmp_path):
+    """`key={}` clears the recipe's mapping (it used to merge into it and keep every entry);
+    a dotted key below a mapping sets that one entry; the last of two overrides wins."""
+    recipe = RECIPES / "best-cpu.yaml"
+    assert load_config(recipe).eval.games_by_env  # the recipe has entries
+    assert load_config(recipe, ["eval.games_by_env={}"]).eval.games_by_env == {}
+    cfg = load_config(recipe, ["env.options.look=true", "algo.lr=1", "algo.lr=2e-5"])
+    assert cfg.env.options == {"inventory": True, "look": True} and cfg.algo.lr == 2e-5
+    cfg = load_config(recipe, ["env.options={look: true}"])
+    assert cfg.env.options == {"look": True} and cfg.env.max_turns == 12
+    with pytest.raises(ConfigError, match="'id' is not a section"):
+        load_config(recipe, ["env.id.x=1"])
+
+
 def test_every_shipped_recipe_is_valid():
     recipes = sorted(RECIPES.glob("*.yaml"))
     assert len(recipes) >= 7

@@ -33,9 +33,8 @@ EXTRA = {
     # the one-hour recipe's w4-o6-q8 mixes (RL groups with the paper's 24-turn cap, SFT
     # games to generate in a cold CI cache) cost minutes with the tiny model: its budget,
     # snapshots and evaluation of both sizes run here, the mixes are covered by
-    # tests/train/test_mix.py. Its 100 w4-o6-q8 test games become 2 (an override merges
-    # into a dict, so `{}` would keep them)
-    "best-cpu": ["eval.games_by_env={textworld/w4-o6-q8: 2}", "rollout.env_ids=[]",
+    # tests/train/test_mix.py. Its 100 w4-o6-q8 test games become eval.games' 2
+    "best-cpu": ["eval.games_by_env={}", "rollout.env_ids=[]",
                  "sft.env_ids=[]"],
     # the planner expert needs up to ~20 turns; one game per evaluated task type, one
     # mid-training evaluation (ALFWorld episodes are the slow part of these runs)

@@ -410,18 +410,30 @@ class ConfigError(ValueError):
     """A recipe or override is invalid; the message names the offending key."""
 
 
-def _set_dotted(data: dict[str, Any], key: str, value: Any) -> None:
-    node = data
-    parts = key.split(".")
-    for part in parts[:-1]:
-        node = node.setdefault(part, {})
-        if not isinstance(node, dict):
-            raise ConfigError(f"{key}: {part!r} is not a section")
-    node[parts[-1]] = value
+def set_dotted(data: dict[str, Any], dotted: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``data`` with each ``section.key`` set to its value, in order.
+
+    A value replaces what the key held, a mapping too (``eval.games_by_env={}`` clears the
+    recipe's entries); the sections on the way keep their other keys.
+    """
+    out = dict(data)
+    for key, value in dotted.items():
+        node = out
+        *parents, last = key.strip().split(".")
+        for part in parents:
+            child = node.get(part)
+            if child is None:
+                child = {}
+            elif not isinstance(child, dict):
+                raise ConfigError(f"{key}: {part!r} is not a section")
+            node[part] = node = dict(child)
+        node[last] = value
+    return out
 
 
 def parse_overrides(overrides: list[str]) -> dict[str, Any]:
-    """``["algo.lr=1e-5", "env.id=textworld/w4-o6-q8"]`` -> nested dict (YAML values)."""
+    """``["algo.lr=1e-5", "env.id=textworld/w4-o6-q8"]`` -> ``{"algo.lr": 1e-05, ...}``
+    (YAML values; a later override of the same key wins)."""
     data: dict[str, Any] = {}
     for item in overrides:
         if "=" not in item:
@@ -432,7 +444,8 @@ def parse_overrides(overrides: list[str]) -> dict[str, Any]:
         except yaml.YAMLError as exc:
             raise ConfigError(f"override {item!r}: the value is not valid YAML "
                               f"({str(exc).splitlines()[0]})") from None
-        _set_dotted(data, key.strip(), value)
+        data.pop(key.strip(), None)
+        data[key.strip()] = value
     return data
 
 
@@ -455,7 +468,7 @@ def load_config(path: str | Path | None = None, overrides: list[str] | None = No
         if not isinstance(loaded, dict):
             raise ConfigError(f"{path}: a recipe must be a mapping of sections")
         data = _merge(data, loaded)
-    data = _merge(data, parse_overrides(overrides or []))
+    data = set_dotted(data, parse_overrides(overrides or []))
     try:
         return TrainConfig.model_validate(data)
     except ValidationError as exc:

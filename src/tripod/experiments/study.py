@@ -29,7 +29,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tripod.core.config import ConfigError, TrainConfig, load_config
+from tripod.core.config import ConfigError, TrainConfig, load_config, set_dotted
 
 STUDIES = Path(__file__).resolve().parents[3] / "recipes" / "studies"
 DONE_FILE = "study-done.json"
@@ -276,24 +276,11 @@ def base_recipe(study: StudyFile, study_path: Path) -> Path:
     raise StudyError(f"{study_path}: base recipe not found: {study.base}")
 
 
-def _nest(dotted: dict[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in dotted.items():
-        node = out
-        *parents, last = key.split(".")
-        for part in parents:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                raise StudyError(f"{key}: {part!r} is not a section")
-        node[last] = value
-    return out
-
-
-def _merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in extra.items():
-        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
-    return out
+def _set(data: dict[str, Any], dotted: dict[str, Any], where: str) -> dict[str, Any]:
+    try:
+        return set_dotted(data, dotted)
+    except ConfigError as exc:
+        raise StudyError(f"{where}: {exc}") from None
 
 
 def _eval_layer(spec: EvalSpec) -> dict[str, Any]:
@@ -315,7 +302,7 @@ def resolve_runs(study: StudyFile, study_path: Path, out: Path,
     if smoke:
         layers += [SMOKE_OVERRIDES, study.smoke.overrides]
     for layer in layers:
-        data = _merge(data, _nest(layer))
+        data = _set(data, layer, str(study_path))
     seeds = seed_list(study.smoke.seeds if smoke else study.seeds)
     runs = []
     for arm in study_arms(study, smoke):
@@ -327,7 +314,7 @@ def resolve_runs(study: StudyFile, study_path: Path, out: Path,
             settings.update({"run.out_dir": str(out / arm.name), "run.name": f"seed{seed}",
                              "run.seed": seed})
             try:
-                cfg = load_config(None, base=_merge(data, _nest(settings)))
+                cfg = load_config(None, base=_set(data, settings, f"arm {arm.name}"))
             except ConfigError as exc:
                 raise StudyError(f"{study_path}: arm {arm.name}, seed {seed}: {exc}") from None
             runs.append(RunSpec(arm, seed, cfg, out))
