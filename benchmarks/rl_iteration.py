@@ -23,7 +23,9 @@ Figures per iteration:
   padding, prompt tokens shared inside a group, decode steps), the prefill and decode
   FLOPs of the work and its FLOP limit (FLOPs / the matmul peak) and efficiency;
 - the update: agent tokens/s (tokens under the loss), all tokens/s (every real token the
-  decoder ran, forward and backward), padding positions run, and model FLOP utilisation:
+  decoder ran, forward and backward), padding positions run,
+  the tokens of a prefix the rows of a micro-batch share that ran once instead of once per
+  row (`train.batch.decoder_hidden`), and model FLOP utilisation:
   the update's useful FLOPs (layers on real tokens, attention over each token's context,
   the LM head on agent tokens; backward = 2x forward when all weights train, 1x with LoRA,
   whose adapters' own arithmetic is left out) / wall time / the matmul peak;
@@ -67,6 +69,8 @@ from tripod.core.config import TrainConfig, load_config
 from tripod.envs.pool import EnvPool
 from tripod.envs.registry import family_of
 from tripod.policy.rollout import make_jobs
+from tripod.train import batch as batch_module
+from tripod.train.batch import SharedPrefixCache as SharedPrefix
 from tripod.train.batch import TrainBatch
 from tripod.train.common import rollout_config, sampling_params, seed_everything
 from tripod.train.learner import Learner, build_learner, score, update
@@ -86,6 +90,8 @@ class PassTotals:
     """Tokens of the rows (padding excluded)."""
     processed_tokens: int = 0
     """Positions run, padding included (rows x width of each pass)."""
+    shared_tokens: int = 0
+    """Row tokens not run again: a prefix the rows of a pass share runs once (rows - 1)."""
     head_tokens: int = 0
     """Positions the LM head ran on."""
     flops: float = 0.0
@@ -110,6 +116,15 @@ class PassCounter:
         self.handles = [m.register_forward_pre_hook(self._decoder, with_kwargs=True)
                         for m in decoders.values()]
         self.handles += [h.register_forward_hook(self._head) for h in heads]
+        # the trainer drops the mask of right-padded rows (`batch.decoder_mask`): note the
+        # rows' real lengths there, for the pass that follows
+        self.pending: torch.Tensor | None = None
+        self._decoder_mask = batch_module.decoder_mask
+        batch_module.decoder_mask = self._noting_mask
+
+    def _noting_mask(self, attention_mask: torch.Tensor) -> torch.Tensor | None:
+        self.pending = attention_mask
+        return self._decoder_mask(attention_mask)
 
     @staticmethod
     def _multiplier(module: torch.nn.Module) -> int:
@@ -123,12 +138,21 @@ class PassCounter:
         if ids is None:
             return
         b, t = ids.shape
+        if mask is None and self.pending is not None and self.pending.shape == ids.shape:
+            mask = self.pending
+        self.pending = None
         lengths = mask.sum(1).tolist() if mask is not None and mask.dim() == 2 else [t] * b
+        starts, cache = [0] * b, kwargs.get("past_key_values")
+        if isinstance(cache, SharedPrefix):  # the rows' own tokens after their shared prefix
+            starts, lengths = cache.starts.tolist(), cache.lengths.tolist()
+            run_once = {(c, s) for c, s in zip(cache.cluster_of_row.tolist(), starts) if s}
+            self.totals.shared_tokens += sum(starts) - sum(s for _, s in run_once)
         mult = self._multiplier(module)
         self.totals.passes += 1
         self.totals.real_tokens += int(sum(lengths))
         self.totals.processed_tokens += b * t
-        self.totals.flops += mult * sum(self.fm.tokens(0, int(n)) for n in lengths)
+        self.totals.flops += mult * sum(self.fm.tokens(s, s + int(n))
+                                        for s, n in zip(starts, lengths))
 
     def _head(self, module, args, output) -> None:
         n = args[0].shape[:-1].numel()
@@ -143,6 +167,7 @@ class PassCounter:
     def close(self) -> None:
         for h in self.handles:
             h.remove()
+        batch_module.decoder_mask = self._decoder_mask
 
 
 # -- one iteration -------------------------------------------------------------------------
@@ -306,12 +331,14 @@ def _print(report: dict[str, Any]) -> None:
               f"{a['decode_steps']} decode steps; prefill {ro['prefill_tflop']:.3f} TFLOP, "
               f"decode {ro['decode_tflop']:.3f}, head {ro['head_tflop']:.3f}; FLOP limit "
               f"{ro['flop_limit_s']:.1f} s, efficiency {ro['efficiency']:.0%}")
-        print(f"  score: {sc['passes']} passes, {sc['real_tokens']} tokens, "
+        print(f"  score: {sc['passes']} passes, {sc['real_tokens']} tokens "
+              f"(+{sc['shared_tokens']} shared), "
               f"{sc['tflop']:.3f} TFLOP, MFU {sc['mfu']:.0%}")
         print(f"  update: {r['rows']} rows, {up['agent_tokens']} agent tokens "
               f"({up['agent_tokens_per_s']:.3g}/s), {up['real_tokens']} tokens run "
               f"({up['real_tokens_per_s']:.3g}/s, padding {up['padding_share']:.0%} of "
-              f"positions), {up['tflop']:.3f} TFLOP, MFU {up['mfu']:.0%}, "
+              f"positions, {up['shared_tokens']} more in shared prefixes run once), "
+              f"{up['tflop']:.3f} TFLOP, MFU {up['mfu']:.0%}, "
               f"skipped steps {up['skipped_updates']:.0f}")
     mem = report["memory"]
     print(f"memory: ru_maxrss {mem['ru_maxrss_mb']:.0f} MB; sampled peaks "
@@ -326,6 +353,8 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--model", default=None,
                         help="smollm2-135m, tiny, or a local model folder (default: the recipe's)")
     parser.add_argument("--lora", action="store_true", help="train LoRA adapters")
+    parser.add_argument("--no-shared-prefix", action="store_true",
+                        help="run every row whole in the trainer (the shared-prefix pass off)")
     parser.add_argument("--iterations", type=int, default=1, help="timed iterations")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
@@ -349,6 +378,8 @@ def _config(args: argparse.Namespace, out_dir: str) -> TrainConfig:
 def main() -> None:
     args = _args()
     torch.set_num_threads(args.threads)
+    if args.no_shared_prefix:
+        batch_module.MIN_SHARED_PREFIX = 10**9
     load_before = loadavg()
     with tempfile.TemporaryDirectory(prefix="rl-iteration-") as out_dir:
         cfg = _config(args, out_dir)
@@ -362,7 +393,8 @@ def main() -> None:
                   f"max_turns={cfg.env.max_turns}, max_new_tokens={r.train.max_new_tokens}, "
                   f"temperature={r.train.temperature}, {a.estimator}, kl_coef={a.kl_coef}, "
                   f"epochs={a.epochs}, minibatch={a.minibatch_size}, "
-                  f"micro-batch={a.micro_batch_size}, fp32"),
+                  f"micro-batch={a.micro_batch_size}, fp32, shared-prefix pass "
+                  f"{'off' if args.no_shared_prefix else 'on'}"),
         "machine": {"nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                     "torch": torch.__version__, "python": platform.python_version(),
                     "matmul_peak_gflops": measured["matmul_peak_gflops"],

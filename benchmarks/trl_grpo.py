@@ -66,6 +66,7 @@ from tripod.envs.registry import register
 from tripod.policy.chat import PromptConfig, build_messages
 from tripod.policy.models import Policy, load_policy
 from tripod.policy.rollout import RolloutEngine
+from tripod.train import batch as batch_module
 from tripod.train.common import rollout_config, seed_everything
 from tripod.train.learner import build_learner, score, update
 from tripod.train.rl import advantage, collect, make_batch
@@ -235,6 +236,7 @@ def run_tripod(args: argparse.Namespace, cfg: TrainConfig) -> Side:
         pool.close()
     compare(side, policy.model, before)
     side.settings = {"optim": type(learner.optimizer).__name__, "loss_agg": cfg.algo.loss_agg,
+                     "shared_prefix": batch_module.MIN_SHARED_PREFIX < 10**9,
                      "dtype": str(next(policy.model.parameters()).dtype)}
     side.torch_threads, side.loadavg_after = torch.get_num_threads(), loadavg()
     return side
@@ -367,6 +369,8 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--generations", type=int, default=4, help="samples per prompt")
     parser.add_argument("--new-tokens", type=int, default=32)
     parser.add_argument("--micro-batch", type=int, default=8, help="rows per forward/backward")
+    parser.add_argument("--no-shared-prefix", action="store_true",
+                        help="run every row whole in the trainer (the shared-prefix pass off)")
     parser.add_argument("--lr", type=float, default=1e-5, help="the quickstart's learning rate")
     parser.add_argument("--iterations", type=int, default=2, help="timed iterations per side")
     parser.add_argument("--threads", type=int, default=2, help="torch threads")
@@ -387,6 +391,8 @@ def main() -> int:
     args = _args()
     register_env()
     torch.set_num_threads(args.threads)
+    if args.no_shared_prefix:
+        batch_module.MIN_SHARED_PREFIX = 10**9
     load_before = loadavg()
     with RssSampler() as rss, tempfile.TemporaryDirectory(prefix="tripod-grpo-") as out_dir:
         rss.phase("tripod")

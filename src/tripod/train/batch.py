@@ -13,6 +13,7 @@ from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
+from transformers.cache_utils import Cache
 
 from tripod.algos.losses import entropy_from_logits
 from tripod.core.types import Trajectory, TurnStatus
@@ -232,6 +233,150 @@ def decoder_mask(attention_mask: Tensor) -> Tensor | None:
     return None if right_padded else attention_mask
 
 
+MIN_SHARED_PREFIX = 32
+"""Rows sharing fewer leading tokens than this are run whole (a second pass costs more)."""
+
+
+def _common_len(a: Tensor, b: Tensor, cap: int) -> int:
+    """Leading tokens `a` and `b` have in common, at most `cap`."""
+    same = a[:cap] == b[:cap]
+    return int(same.int().cumprod(dim=0).sum())
+
+
+def prefix_clusters(input_ids: Tensor, lengths: list[int]) -> list[tuple[list[int], int]]:
+    """Rows grouped by a prefix they share: (rows, shared length) per cluster, every row in
+    exactly one cluster; a row sharing nothing worth it is alone (length 0).
+
+    Greedy in row order (the learner puts a group's rows side by side): a row joins the
+    cluster whose first row it shares the most leading tokens with, when that is at least
+    `MIN_SHARED_PREFIX` and does not shorten the cluster's prefix (a row of another game
+    sharing only the system prompt does not cut a group's whole first prompt down to it).
+    A shared prefix stops one token before its shortest row ends (each row keeps a token).
+    """
+    clusters: list[tuple[list[int], int]] = []
+    for r, n in enumerate(lengths):
+        best, best_len = None, 0
+        for c, (rows, shared) in enumerate(clusters):
+            first = rows[0]
+            common = _common_len(input_ids[first], input_ids[r], min(lengths[first], n) - 1)
+            if common >= MIN_SHARED_PREFIX and common > best_len and (
+                    len(rows) == 1 or common >= shared):
+                best, best_len = c, common
+        if best is None:
+            clusters.append(([r], 0))
+        else:
+            rows, shared = clusters[best]
+            clusters[best] = (rows + [r], best_len if len(rows) == 1 else shared)
+    return clusters
+
+
+def shared_prefix_len(input_ids: Tensor, attention_mask: Tensor) -> int:
+    """How many leading tokens every row of the batch has in common (0 for one row), at most
+    the shortest row's length - 1 so that every row keeps a token after the prefix."""
+    if input_ids.shape[0] < 2:
+        return 0
+    lengths = attention_mask.sum(dim=1)
+    return max(0, min(_common_len(input_ids[0], row, int(lengths.min()) - 1)
+                      for row in input_ids[1:]))
+
+
+class SharedPrefixCache(Cache):
+    """Keys and values of the shared prefixes, seen by the rows of the next pass: `update`
+    returns each row's cluster's prefix (padded to the longest; the mask hides what is not
+    the row's) followed by the pass's own keys and values. It stores nothing, so a
+    recomputing backward pass gets the same answer."""
+
+    def __init__(self, prefix: Cache, cluster_of_row: Tensor, starts: Tensor,
+                 lengths: Tensor) -> None:
+        super().__init__(layers=[])
+        self.prefix = [(layer.keys, layer.values) for layer in prefix.layers]  # [C, H, L, D]
+        self.cluster_of_row = cluster_of_row
+        self.starts = starts
+        """[B] where each row's own tokens start (its cluster's shared length)."""
+        self.lengths = lengths
+        """[B] each row's real tokens after its prefix (for counting work)."""
+
+    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int,
+               *args, **kwargs) -> tuple[Tensor, Tensor]:
+        keys, values = self.prefix[layer_idx]
+        rows = self.cluster_of_row
+        return (torch.cat([keys.index_select(0, rows), key_states], dim=2),
+                torch.cat([values.index_select(0, rows), value_states], dim=2))
+
+
+def decoder_hidden(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
+    """The decoder's last hidden states [B, T, H] for right-padded rows (`model`: a causal
+    LM, or its decoder stack as the critic's copy is).
+
+    Rows that start with the same tokens (the episodes of a group share their first prompt,
+    and often their first actions) have that prefix run once (`prefix_clusters`); every row
+    then runs only its own tokens, attending to its cluster's keys and values. The result
+    equals the plain pass up to float rounding, with each prefix's arithmetic (forward and
+    backward) paid once instead of once per row; gradients reach the prefix through every
+    row that attends to it (tested in tests/train/test_shared_prefix.py).
+    """
+    decoder = model.get_decoder()
+    lengths = attention_mask.sum(dim=1).tolist()
+    checkpointed = model.training and getattr(model, "is_activation_checkpointing", False)
+    clusters = [] if checkpointed else [c for c in prefix_clusters(input_ids, lengths)
+                                        if len(c[0]) > 1]
+    if not clusters:  # (checkpointed layers keep no cache)
+        return decoder(input_ids=input_ids,
+                       attention_mask=decoder_mask(attention_mask)).last_hidden_state
+    return _shared_prefix_pass(decoder, input_ids, lengths, clusters)
+
+
+def _shared_prefix_pass(decoder, input_ids: Tensor, lengths: list[int],
+                        clusters: list[tuple[list[int], int]]) -> Tensor:
+    device, rows = input_ids.device, len(lengths)
+    span = max(shared for _, shared in clusters)
+    heads = torch.zeros(len(clusters), span, dtype=input_ids.dtype, device=device)
+    cluster_of_row, starts = [0] * rows, [0] * rows       # a row alone: no prefix keys
+    for c, (members, shared) in enumerate(clusters):
+        heads[c, :shared] = input_ids[members[0], :shared]
+        for r in members:
+            cluster_of_row[r], starts[r] = c, shared
+    spans = torch.tensor([shared for _, shared in clusters], device=device)
+    # right-padded, so no mask is needed; one is passed when the prefixes differ in length
+    # only so that the pass says which tokens are real (the benchmarks count them)
+    head_mask = (torch.arange(span, device=device)[None] < spans[:, None]).long()
+    head = decoder(input_ids=heads, use_cache=True,
+                   attention_mask=head_mask if bool((spans < span).any()) else None)
+    own = [n - s for n, s in zip(lengths, starts)]
+    width = max(own)
+    tails = torch.zeros(rows, width, dtype=input_ids.dtype, device=device)
+    for r in range(rows):
+        tails[r, :own[r]] = input_ids[r, starts[r]:lengths[r]]
+    start_t = torch.tensor(starts, device=device)
+    positions = start_t[:, None] + torch.arange(width, device=device)[None]  # [B, W]
+    dtype = head.last_hidden_state.dtype
+    row_cluster = torch.tensor(cluster_of_row, device=device)
+    tail = decoder(input_ids=tails, position_ids=positions,
+                   past_key_values=SharedPrefixCache(head.past_key_values, row_cluster,
+                                                     start_t, torch.tensor(own)),
+                   attention_mask=_tail_mask(start_t, span, width, dtype),
+                   use_cache=True).last_hidden_state                          # [B, W, H]
+    both = torch.cat([head.last_hidden_state.index_select(0, row_cluster), tail], dim=1)
+    # position p of row r: its cluster's prefix below starts[r], else its own token p - start
+    t = input_ids.shape[1]
+    p = torch.arange(t, device=device)[None]                                  # [1, T]
+    index = torch.where(p < start_t[:, None], p, span + p - start_t[:, None])
+    index = index.clamp(max=span + width - 1)            # padding positions: any real index
+    return both.gather(1, index[:, :, None].expand(-1, -1, both.shape[-1]))
+
+
+def _tail_mask(starts: Tensor, span: int, width: int, dtype: torch.dtype) -> Tensor:
+    """Additive mask [B, 1, W, span + W]: a row's query q sees its cluster's first starts[r]
+    prefix keys and its own keys 0..q."""
+    prefix_keys = torch.arange(span, device=starts.device)[None, None, :] < starts[:, None, None]
+    own = torch.arange(width, device=starts.device)
+    causal = own[None, :] <= own[:, None]                                      # [W, W]
+    allowed = torch.cat([prefix_keys.expand(-1, width, -1),
+                         causal[None].expand(starts.shape[0], -1, -1)], dim=2)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=starts.device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+
+
 def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
                    temperature: float = 1.0, loss_mask: Tensor | None = None,
                    with_entropy: bool = False, with_hidden: bool = False):
@@ -245,9 +390,7 @@ def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
     (the entropy is the tempered distribution's too). Non-finite logits give non-finite
     logprobs (log-softmax of finite logits is finite), which the learner checks.
     """
-    hidden = model.get_decoder()(
-        input_ids=input_ids, attention_mask=decoder_mask(attention_mask)).last_hidden_state
-    # hidden: [B, T, H]
+    hidden = decoder_hidden(model, input_ids, attention_mask)                 # [B, T, H]
     if loss_mask is None:
         loss_mask = attention_mask.clone()
         loss_mask[:, 0] = 0

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 from transformers import PreTrainedModel
 
-from tripod.train.batch import decoder_mask
+from tripod.train.batch import decoder_hidden
 
 
 def _backbone(model: PreTrainedModel) -> nn.Module:
@@ -41,9 +41,7 @@ class Critic(nn.Module):
                 hidden: torch.Tensor | None = None) -> torch.Tensor:
         """Values [B, T] aligned with input_ids (0 at position 0)."""
         if self.backbone is not None:
-            hidden = self.backbone(input_ids=input_ids,
-                                   attention_mask=decoder_mask(attention_mask)
-                                   ).last_hidden_state
+            hidden = decoder_hidden(self.backbone, input_ids, attention_mask)
         if hidden is None:
             raise ValueError("a shared critic needs the policy's hidden states")
         values = self.head(hidden[:, :-1].float())[..., 0]                  # [B, T-1]

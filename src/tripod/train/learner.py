@@ -38,8 +38,8 @@ from tripod.algos.losses import (
 )
 from tripod.core.config import TrainConfig
 from tripod.policy.models import Policy, load_policy, use_checkpointing, wrap_lora
-from tripod.train.batch import TrainBatch, decoder_mask, token_logprobs
-from tripod.train.common import chunks
+from tripod.train.batch import TrainBatch, decoder_hidden, token_logprobs
+from tripod.train.common import adamw, chunks
 from tripod.train.critic import Critic
 from tripod.train.distributed import Parallel, full_state_dict, shard_layers
 
@@ -91,10 +91,9 @@ class Learner:
         groups = [{"params": params, "lr": algo.lr}]
         if self.critic is not None and self.critic.mode == "shared":
             groups.append({"params": list(self.critic.head.parameters()), "lr": algo.critic_lr})
-        self.optimizer = torch.optim.AdamW(groups, weight_decay=algo.weight_decay)
+        self.optimizer = adamw(groups, weight_decay=algo.weight_decay)
         if self.critic is not None and self.critic.mode == "copy":
-            self.critic_optimizer = torch.optim.AdamW(self.critic.parameters(),
-                                                      lr=algo.critic_lr)
+            self.critic_optimizer = adamw(list(self.critic.parameters()), lr=algo.critic_lr)
 
     @property
     def uses_lora(self) -> bool:
@@ -290,9 +289,7 @@ def on_device(mb: TrainBatch, device: torch.device) -> TrainBatch:
 
 def _values(learner: Learner, mb: TrainBatch, hidden: Tensor | None = None) -> Tensor:
     if learner.shared_critic and hidden is None:
-        hidden = learner.policy.model.get_decoder()(
-            input_ids=mb.input_ids, attention_mask=decoder_mask(mb.attention_mask)
-        ).last_hidden_state
+        hidden = decoder_hidden(learner.policy.model, mb.input_ids, mb.attention_mask)
     return learner.critic(mb.input_ids, mb.attention_mask, hidden)
 
 
@@ -412,10 +409,14 @@ def update(learner: Learner, batch: TrainBatch, iteration: int) -> dict[str, flo
     sums: dict[str, list[float]] = {}
     skipped: dict[str, int] = {}
     batch.trainer_logprobs = torch.full(batch.loss_mask.shape, float("nan"))
+    groups = batch.group_ids.tolist()
     try:
         for epoch in range(algo.epochs):
             order = torch.randperm(batch.num_rows, generator=gen).tolist()
             for rows in chunks(order, algo.minibatch_size):
+                # a group's rows side by side: micro-batches then share their first prompt
+                # (`batch.decoder_hidden`); the minibatch and its gradient are the same
+                rows.sort(key=lambda r: (groups[r], r))
                 sub = batch.select(rows)
                 sub.row_ids = torch.as_tensor(rows, dtype=torch.long)
                 stats, reason, logps = minibatch_step(learner, sub)

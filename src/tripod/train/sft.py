@@ -26,6 +26,7 @@ from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.train.batch import Row, TrainBatch, collate, token_logprobs, trajectory_rows
 from tripod.train.common import (
+    adamw,
     chunks,
     env_options,
     own_env_first,
@@ -145,7 +146,7 @@ def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
     use_checkpointing(model, cfg.model.gradient_checkpointing)
     model.train()
     params = [p for p in model.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=cfg.sft.lr, weight_decay=0.0)
+    opt = adamw(params, lr=cfg.sft.lr, weight_decay=0.0)
     gen = torch.Generator().manual_seed(cfg.run.seed)
     losses: list[float] = []
     tokens = 0

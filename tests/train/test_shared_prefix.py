@@ -1,0 +1,126 @@
+"""The trainer runs a prefix its rows share once: same logprobs, same gradients.
+
+The episodes of a group start with the same prompt (and often the same first actions); the
+trainer's forward pass runs that prefix once and lets every row attend to its keys and
+values (`train.batch.decoder_hidden`). These tests hold it to the plain forward pass over
+whole rows: hidden states, logprobs and every parameter's gradient agree to float rounding,
+with right padding, rows of different lengths, and the longest shared prefix possible.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tripod.train import batch as batch_module
+from tripod.train.batch import (
+    MIN_SHARED_PREFIX,
+    decoder_hidden,
+    prefix_clusters,
+    shared_prefix_len,
+    token_logprobs,
+)
+
+
+def _rows(lengths: list[int], prefix: int, vocab: int = 1000, seed: int = 0):
+    """Right-padded rows [B, T] sharing their first `prefix` tokens, then random tokens."""
+    gen = torch.Generator().manual_seed(seed)
+    t = max(lengths)
+    ids = torch.randint(5, vocab, (len(lengths), t), generator=gen)
+    ids[:, :prefix] = ids[0, :prefix]
+    mask = torch.zeros(len(lengths), t, dtype=torch.long)
+    for i, n in enumerate(lengths):
+        mask[i, :n] = 1
+        ids[i, n:] = 0                                                       # pad id
+    return ids, mask
+
+
+def test_shared_prefix_len():
+    ids, mask = _rows([60, 50, 70], prefix=40)
+    assert shared_prefix_len(ids, mask) == 40
+    assert shared_prefix_len(ids[:1], mask[:1]) == 0                         # one row
+    same, same_mask = _rows([30, 30], prefix=30)
+    assert shared_prefix_len(same, same_mask) == 29                          # one token left each
+    ids[1, 0] += 1
+    assert shared_prefix_len(ids, mask) == 0
+
+
+def _two_groups_and_a_stranger(seed: int = 0):
+    """Rows 0-2: one game (60 shared tokens); rows 3-4: another (45); row 5 shares only the
+    first 40 tokens (a system prompt) with everyone. All rows share those 40 tokens."""
+    ids, mask = _rows([90, 75, 100, 70, 82, 66], prefix=40, seed=seed)
+    ids[1:3, 40:60] = ids[0, 40:60]
+    ids[4, 40:45] = ids[3, 40:45]
+    return ids, mask
+
+
+def test_prefix_clusters():
+    ids, mask = _two_groups_and_a_stranger()
+    lengths = mask.sum(1).tolist()
+    # row 5 would cut the second game's 45 shared tokens to 40: it stays alone
+    assert prefix_clusters(ids, lengths) == [([0, 1, 2], 60), ([3, 4], 45), ([5], 0)]
+    # a group's rows apart from each other: the first prefix found is kept, never shortened
+    order = [0, 3, 1, 4, 2, 5]
+    assert prefix_clusters(ids[order], [lengths[i] for i in order]) == [
+        ([0, 1, 2, 3, 4, 5], 40)]
+    ids[5, 0] += 1                                            # the stranger shares nothing
+    assert prefix_clusters(ids[[5, 0, 1]], [lengths[i] for i in (5, 0, 1)]) == [
+        ([0], 0), ([1, 2], 60)]
+    assert prefix_clusters(ids[:1], lengths[:1]) == [([0], 0)]
+
+
+def _plain(model, ids, mask):
+    """The reference: whole rows in one pass (no prefix sharing)."""
+    old = batch_module.MIN_SHARED_PREFIX
+    batch_module.MIN_SHARED_PREFIX = 10**9
+    try:
+        return decoder_hidden(model, ids, mask)
+    finally:
+        batch_module.MIN_SHARED_PREFIX = old
+
+
+@pytest.mark.parametrize("lengths, prefix", [([80, 64, 96, 70], 48), ([90, 90], 90),
+                                             ([120, 40], 39), (None, None), ("stranger", None)])
+def test_shared_prefix_pass_equals_the_plain_one(tiny_policy_factory, lengths, prefix):
+    """One cluster; two clusters of different prefix lengths; two and a row alone."""
+    model = tiny_policy_factory(seed=1).model
+    if lengths is None or lengths == "stranger":
+        ids, mask = _two_groups_and_a_stranger()
+        if lengths == "stranger":
+            ids[5, 0] += 1
+    else:
+        ids, mask = _rows(lengths, prefix)
+        assert shared_prefix_len(ids, mask) >= MIN_SHARED_PREFIX
+    plain, shared = _plain(model, ids, mask), decoder_hidden(model, ids, mask)
+    real = mask.bool()
+    torch.testing.assert_close(shared[real], plain[real], atol=2e-5, rtol=1e-4)
+
+
+def test_shared_prefix_gradients_equal_the_plain_ones(tiny_policy_factory):
+    """Logprobs and every parameter's gradient of a loss on each row's tokens after the
+    prefix and inside it (agent tokens can sit in a shared prefix: equal first actions)."""
+    model = tiny_policy_factory(seed=2).model
+    ids, mask = _two_groups_and_a_stranger(seed=3)
+    ids[5, 0] += 1
+    loss_mask = mask.clone().float()
+    loss_mask[:, :40] = 0                                     # the loss starts inside the prefix
+    weights = torch.linspace(-1.0, 1.0, 6)[:, None]           # a different advantage per row
+
+    def grads(shared: bool):
+        model.zero_grad()
+        old = batch_module.MIN_SHARED_PREFIX
+        batch_module.MIN_SHARED_PREFIX = MIN_SHARED_PREFIX if shared else 10**9
+        try:
+            logp, _, _ = token_logprobs(model, ids, mask, 0.7, loss_mask)
+        finally:
+            batch_module.MIN_SHARED_PREFIX = old
+        (logp * weights * loss_mask).sum().backward()
+        return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+    logp_plain, g_plain = grads(shared=False)
+    logp_shared, g_shared = grads(shared=True)
+    torch.testing.assert_close(logp_shared, logp_plain, atol=2e-5, rtol=1e-4)
+    assert g_plain.keys() == g_shared.keys()
+    for name, g in g_plain.items():
+        torch.testing.assert_close(g_shared[name], g, atol=1e-5, rtol=1e-3, msg=name)
+    assert any(g.abs().sum() > 0 for g in g_plain.values())
