@@ -80,8 +80,10 @@ def test_rl_iteration_reduced(monkeypatch, capsys):
         (run,) = _run("rl_iteration.py", *extra, "algo.kl_coef=0.05")["runs"]
         _check_rl_run(run)
         sc, up = run["score"], run["update"]
-        assert sc["passes"] == 4 and sc["head_tokens"] == up["agent_tokens"]
+        # 4 micro-batches of one group each: its shared first prompt, then the rows' own tokens
+        assert sc["passes"] == 2 * 4 and sc["head_tokens"] == up["agent_tokens"]
         assert sc["real_tokens"] == up["real_tokens"]
+        assert sc["shared_tokens"] == up["shared_tokens"] > 0
         assert up["tflop"] == pytest.approx(factor * sc["tflop"], rel=1e-9)
 
     text = _printed("rl_iteration", plain, monkeypatch, capsys)

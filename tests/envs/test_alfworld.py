@@ -24,7 +24,7 @@ from tripod.envs.alfworld import generator, real, scenes  # noqa: E402
 from tripod.envs.alfworld.engine import Engine  # noqa: E402
 from tripod.envs.alfworld.task_types import TASK_TYPES  # noqa: E402
 
-GAMES_PER_TYPE = 5
+GAMES_PER_TYPE = 3
 
 
 def _play_expert(env, index: int, max_turns: int = 40):

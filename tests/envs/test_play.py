@@ -13,7 +13,7 @@ from tripod.envs.textworld import prepare_games
 
 CUSTOM = "textworld/w2-o3-q4"
 SIMPLE = "textworld/simple-dense"
-N_CUSTOM, N_SIMPLE = 20, 5
+N_CUSTOM, N_SIMPLE = 10, 5
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -27,7 +27,7 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["06-sft-rl-budget", "05-algorithms"])
+@pytest.mark.parametrize("name", ["06-sft-rl-budget", "05-algorithms-cpu"])
 def test_study_runs_end_to_end_at_smoke_size(tmp_path, name):
     out = tmp_path / "study"
     assert main(["study", name, "--smoke", "--out", str(out)]) == 0
