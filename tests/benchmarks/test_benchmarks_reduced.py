@@ -116,3 +116,16 @@ def test_trl_grpo_reduced(monkeypatch, capsys):
     text = _printed("trl_grpo", report, monkeypatch, capsys)
     assert "tripod / trl wall time per iteration: x" in text and "checks: ok" in text
     assert not re.search(r"\bnan\b|\binf\b", text)
+
+
+def test_optimizer_step_benchmark_runs():
+    """`benchmarks/optimizer_step.py` on the tiny model: both timings and the weight gap
+    printed, finite (the fused and the default AdamW take the same steps)."""
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "optimizer_step.py"), "--model",
+                          "tiny", "--repeats", "1", "--threads", _threads()],
+                         env=os.environ, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    match = re.search(r"default ([\d.]+) s, fused ([\d.]+) s .*difference ([\d.e+-]+)",
+                      out.stdout)
+    assert match and "loadavg" in out.stdout, out.stdout
+    assert float(match.group(3)) < 1e-6
