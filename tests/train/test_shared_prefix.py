@@ -17,7 +17,6 @@ from tripod.train.batch import (
     MIN_SHARED_PREFIX,
     decoder_hidden,
     prefix_clusters,
-    shared_prefix_len,
     token_logprobs,
 )
 
@@ -35,14 +34,13 @@ def _rows(lengths: list[int], prefix: int, vocab: int = 1000, seed: int = 0):
     return ids, mask
 
 
-def test_shared_prefix_len():
-    ids, mask = _rows([60, 50, 70], prefix=40)
-    assert shared_prefix_len(ids, mask) == 40
-    assert shared_prefix_len(ids[:1], mask[:1]) == 0                         # one row
-    same, same_mask = _rows([30, 30], prefix=30)
-    assert shared_prefix_len(same, same_mask) == 29                          # one token left each
+def test_one_shared_prefix():
+    ids, _ = _rows([60, 50, 70], prefix=40)
+    assert prefix_clusters(ids, [60, 50, 70]) == [([0, 1, 2], 40)]
+    same, _ = _rows([40, 40], prefix=40)
+    assert prefix_clusters(same, [40, 40]) == [([0, 1], 39)]                # one token left each
     ids[1, 0] += 1
-    assert shared_prefix_len(ids, mask) == 0
+    assert prefix_clusters(ids, [60, 50, 70]) == [([0, 2], 40), ([1], 0)]
 
 
 def _two_groups_and_a_stranger(seed: int = 0):
@@ -90,7 +88,10 @@ def test_shared_prefix_pass_equals_the_plain_one(tiny_policy_factory, lengths, p
             ids[5, 0] += 1
     else:
         ids, mask = _rows(lengths, prefix)
-        assert shared_prefix_len(ids, mask) >= MIN_SHARED_PREFIX
+        lengths = mask.sum(1).tolist()
+        assert prefix_clusters(ids, lengths) == [(list(range(len(lengths))),
+                                                  min(prefix, min(lengths) - 1))]
+        assert prefix_clusters(ids, lengths)[0][1] >= MIN_SHARED_PREFIX
     plain, shared = _plain(model, ids, mask), decoder_hidden(model, ids, mask)
     real = mask.bool()
     torch.testing.assert_close(shared[real], plain[real], atol=2e-5, rtol=1e-4)

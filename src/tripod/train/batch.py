@@ -270,16 +270,6 @@ def prefix_clusters(input_ids: Tensor, lengths: list[int]) -> list[tuple[list[in
     return clusters
 
 
-def shared_prefix_len(input_ids: Tensor, attention_mask: Tensor) -> int:
-    """How many leading tokens every row of the batch has in common (0 for one row), at most
-    the shortest row's length - 1 so that every row keeps a token after the prefix."""
-    if input_ids.shape[0] < 2:
-        return 0
-    lengths = attention_mask.sum(dim=1)
-    return max(0, min(_common_len(input_ids[0], row, int(lengths.min()) - 1)
-                      for row in input_ids[1:]))
-
-
 class SharedPrefixCache(Cache):
     """Keys and values of the shared prefixes, seen by the rows of the next pass: `update`
     returns each row's cluster's prefix (padded to the longest; the mask hides what is not
