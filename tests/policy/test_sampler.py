@@ -88,6 +88,35 @@ def test_batched_equals_alone_greedy(model):
         assert max(abs(a - b) for a, b in zip(alone.logprobs, s.logprobs)) < 1e-5
 
 
+def test_sampled_episode_does_not_depend_on_its_batch_neighbours(model):
+    """Each row draws from its own generator, kept across turns (as the rollout engine does):
+    a row that has ended must not draw again while its neighbours decode, or its next turn
+    would depend on how long they took. Rows end at different steps here (a tenth of the
+    vocabulary ends a turn); every row's three turns must equal the row played alone."""
+    rng = random.Random(4)
+    params = SamplingParams(temperature=1.0, max_new_tokens=8)
+    eos = tuple(range(0, 49152, 10))
+    firsts = [_random_ids(rng, n) for n in (7, 33, 15, 22)]
+    extra = [[_random_ids(rng, 5) for _ in range(3)] for _ in firsts]
+
+    def play(which: list[int]) -> tuple[list[list[list[int]]], list[int]]:
+        gens = [torch.Generator().manual_seed(100 + i) for i in which]
+        rows, contexts = [RowState() for _ in which], [list(firsts[i]) for i in which]
+        ids, lengths = [[] for _ in which], []
+        for turn in range(3):
+            samples = sample_turn(model, rows, contexts, params, gens, eos, pad_id=2)
+            for k, (i, s) in enumerate(zip(which, samples)):
+                ids[k].append(s.ids)
+                contexts[k] = contexts[k] + s.ids + extra[i][turn]
+                lengths.append(len(s.ids))
+        return ids, lengths
+
+    together, lengths = play([0, 1, 2, 3])
+    assert len(set(lengths)) > 2  # rows ended at different steps
+    for i in range(4):
+        assert play([i])[0][0] == together[i]
+
+
 def test_identical_first_prompts_are_prefilled_once(model):
     """Prefix sharing: the members of a group start from one prompt, computed once."""
     rng = random.Random(2)

@@ -323,32 +323,37 @@ def _prefill_chunks(lengths: list[int]) -> list[list[int]]:
 def _decode(model: PreTrainedModel, arena: KVArena, rows: list[RowState],
             logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
             eos_ids: tuple[int, ...], pad_id: int) -> list[Sample]:
-    """Sample up to `max_new_tokens` per row, one forward per token for all rows.
+    """Sample up to `max_new_tokens` per row, one forward per token for all rows still going.
 
-    A row that has sampled an end-of-turn token feeds padding at its next free position
-    (never advancing), so its cache keeps only real tokens; its mask hides the padding.
+    A row that has sampled an end-of-turn token draws nothing more from its generator, so its
+    next turn does not depend on how long its neighbours decode. Rows are in slot order
+    (0..n-1), so each step runs the leading rows up to the last one still going (the arena
+    read stays a view); an ended row among them feeds padding at its next free position
+    (never advancing), its cache keeps only real tokens and its mask hides the padding.
     """
-    n, eos = len(rows), set(eos_ids)
     samples = [Sample() for _ in rows]
-    active = [True] * n
-    slots = [r.slot for r in rows]
-    zeros = torch.zeros(n, dtype=torch.long, device=arena.device)
+    active = [True] * len(rows)
+    eos = set(eos_ids)
     for step in range(params.max_new_tokens):
-        tokens, logps = _draw(logits, params, generators)
-        fed = tokens.tolist()
-        for i, (tok, lp) in enumerate(zip(fed, logps.tolist())):
-            if active[i]:
-                samples[i].ids.append(tok)
-                samples[i].logprobs.append(lp)
-                if tok in eos:
-                    samples[i].ended, active[i] = True, False
+        live = [i for i, act in enumerate(active) if act]
+        tokens, logps = _draw(logits[live], params, [generators[i] for i in live])
+        fed = [pad_id] * (live[-1] + 1)
+        for i, tok, lp in zip(live, tokens.tolist(), logps.tolist()):
+            samples[i].ids.append(tok)
+            samples[i].logprobs.append(lp)
+            if tok in eos:
+                samples[i].ended, active[i] = True, False
+            else:
+                fed[i] = tok
         if not any(active) or step == params.max_new_tokens - 1:
             break
-        fed = [tok if act else pad_id for tok, act in zip(fed, active)]
-        positions = torch.tensor([[r.length] for r in rows], device=arena.device)   # [B, 1]
-        logits = _forward(model, arena, slots, torch.tensor(fed, device=arena.device)[:, None],
-                          positions, zeros)
-        for r, act in zip(rows, active):
+        n = max(i for i, act in enumerate(active) if act) + 1      # leading rows to run
+        fed = fed[:n]
+        positions = torch.tensor([[r.length] for r in rows[:n]], device=arena.device)  # [n, 1]
+        logits = _forward(model, arena, [r.slot for r in rows[:n]],                # [n, V]
+                          torch.tensor(fed, device=arena.device)[:, None], positions,
+                          torch.zeros(n, dtype=torch.long, device=arena.device))
+        for r, act in zip(rows[:n], active):
             r.length += act
         arena.stats.decode_steps += 1
         arena.stats.decode_rows += n
