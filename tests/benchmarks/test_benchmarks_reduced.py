@@ -3,7 +3,7 @@
 Each script runs as a subprocess (`--tiny --json`); the tests check that every printed
 figure is present and finite, and what the figures rest on: the counters see the work the
 learner really does (the LM head only on agent tokens, no reference pass without a KL term,
-backward = 2x forward with full weights and 1x with LoRA), and the TRL comparison did the
+backward = 1x forward with LoRA), and the TRL comparison did the
 same work on both sides and changed both models. The text report of each is checked by
 printing a measured report through the script's own printer.
 """
@@ -72,25 +72,24 @@ def test_rl_iteration_reduced(monkeypatch, capsys):
     mem = plain["memory"]
     assert mem["ru_maxrss_mb"] > 0 and mem["phase_peaks_mb"]["update"] > 0
     assert all(p > 0 for p in plain["machine"]["matmul_peak_gflops"])
-
-    # With a KL term the reference pass runs on the same rows, forward only: the update
-    # (forward + backward over the same real tokens) costs 3x it with all weights trained,
-    # 2x with LoRA (no weight gradients in the frozen layers).
-    for extra, factor in (([], 3), (["--lora"], 2)):
-        (run,) = _run("rl_iteration.py", *extra, "algo.kl_coef=0.05")["runs"]
-        _check_rl_run(run)
-        sc, up = run["score"], run["update"]
-        # 4 micro-batches of one group each: its shared first prompt, then the rows' own tokens
-        assert sc["passes"] == 2 * 4 and sc["head_tokens"] == up["agent_tokens"]
-        assert sc["real_tokens"] == up["real_tokens"]
-        assert sc["shared_tokens"] == up["shared_tokens"] > 0
-        assert up["tflop"] == pytest.approx(factor * sc["tflop"], rel=1e-9)
-
     text = _printed("rl_iteration", plain, monkeypatch, capsys)
     for label in ("matmul peak", "loadavg", "iteration 0:", "collect", "update", "MFU",
                   "efficiency", "ru_maxrss"):
         assert label in text
     assert not re.search(r"\bnan\b|\binf\b", text)
+
+    # With a KL term the reference pass runs on the same rows, forward only. With LoRA the
+    # update (forward + backward over the same real tokens, no weight gradients in the frozen
+    # layers) costs 2x it. With all weights trained the counter's rule gives 3x; that run
+    # (a third benchmark process) is left out for CI time.
+    (run,) = _run("rl_iteration.py", "--lora", "algo.kl_coef=0.05")["runs"]
+    _check_rl_run(run)
+    sc, up = run["score"], run["update"]
+    # 4 micro-batches of one group each: its shared first prompt, then the rows' own tokens
+    assert sc["passes"] == 2 * 4 and sc["head_tokens"] == up["agent_tokens"]
+    assert sc["real_tokens"] == up["real_tokens"]
+    assert sc["shared_tokens"] == up["shared_tokens"] > 0
+    assert up["tflop"] == pytest.approx(2 * sc["tflop"], rel=1e-9)
 
 
 @pytest.mark.slow

@@ -26,7 +26,9 @@ SMALL = ["model.name=tiny", "sft.games=3", "sft.recovery_games=1", "sft.epochs=1
          "train.checkpoint_every=1", "train.tensorboard=false", "rollout.games_per_iter=2",
          "rollout.group_size=2", "rollout.train_pool=2", "rollout.train.max_new_tokens=6",
          "rollout.eval.max_new_tokens=6", "eval.games=2", "env.max_turns=4",
-         "eval.max_turns=4"]
+         "eval.max_turns=4", "eval.before_training=false"]
+"""`eval.before_training=false`: the base and SFT evaluations run the final evaluation's code
+on other weights (the quickstart's test keeps all three); CI time."""
 EXTRA = {
     # the tw-simple expert needs more than 4 turns to win: demonstrations keep the full cap
     "textworld-simple-density": ["sft.max_turns=24"],

@@ -33,11 +33,12 @@ def _load(path: Path) -> dict:
     return torch.load(path, weights_only=False)
 
 
-@pytest.mark.parametrize("fsdp, estimator", [(False, "grpo"), (True, "grpo"), (True, "gae")],
-                         ids=["ddp", "fsdp2", "fsdp2-critic"])
+@pytest.mark.parametrize("fsdp, estimator", [(False, "grpo"), (True, "gae")],
+                         ids=["ddp", "fsdp2-critic"])
 def test_two_processes_equal_one(tmp_path, fsdp, estimator):
     """Same global batch: the same losses and weights (policy and critic) on 1 process and
-    on each of 2."""
+    on each of 2. FSDP2 runs with a critic (GAE), which shards both models; its policy-only
+    path is the same code without the critic (CI time: one torchrun launch costs ~9 s)."""
     flags = [f"cluster.fsdp={str(fsdp).lower()}", f"algo.estimator={estimator}"]
     one, two = tmp_path / "one", tmp_path / "two"
     one.mkdir(), two.mkdir()

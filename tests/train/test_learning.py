@@ -79,8 +79,15 @@ def _success(policy, cfg) -> float:
     return res.success_rate
 
 
+HEAVY = {"grpo", "reinforce_pp"}
+"""Critic-free estimators that share `rloo`'s path but its baseline (their baselines are
+unit-tested in tests/algos): their learning runs in `make test-all`, `gae` (critic) and
+`rloo` (the quickstart's estimator) in CI as well (about 30 s each on 2 cores)."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("estimator", sorted(GAMMA))
+@pytest.mark.parametrize("estimator", [
+    pytest.param(e, marks=[pytest.mark.heavy] if e in HEAVY else []) for e in sorted(GAMMA)])
 def test_estimator_learns_toy_task(format_prior, tmp_path, estimator):
     prior, _ = format_prior
     policy = copy.deepcopy(prior)
