@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tripod.envs import process
 from tripod.envs.base import EnvError
 from tripod.envs.process import ChildProcess
 
@@ -63,25 +64,37 @@ def _child(**kwargs) -> ChildProcess:
 
 
 def _children() -> set[int]:
-    """Ids of this process's live children (psutil if installed, else /proc)."""
-    try:
-        import psutil
-    except ImportError:
-        psutil = None
-    if psutil is not None:
-        return {p.pid for p in psutil.Process().children()}
+    """Ids of this process's live descendants (its children and theirs: a child started by
+    the fork server is the server's), without the fork server and `multiprocessing`'s
+    resource tracker, which live as long as this process."""
+    from multiprocessing import forkserver, resource_tracker
+
     if not Path("/proc/self/status").exists():
-        pytest.skip("counting child processes needs psutil or /proc")
-    found = set()
+        pytest.skip("counting child processes needs /proc")
+    parent: dict[int, int] = {}
     for status in Path("/proc").glob("[0-9]*/status"):
         try:
             fields = dict(line.split(":\t", 1) for line in status.read_text().splitlines()
                           if ":\t" in line)
         except OSError:  # the process ended while we looked
             continue
-        if int(fields.get("PPid", "0")) == os.getpid():
-            found.add(int(status.parent.name))
-    return found
+        parent[int(status.parent.name)] = int(fields.get("PPid", "0"))
+    found, frontier = set(), {os.getpid()}
+    while frontier:
+        frontier = {pid for pid, ppid in parent.items() if ppid in frontier} - found
+        found |= frontier
+    service = {getattr(forkserver._forkserver, "_forkserver_pid", None),
+               getattr(resource_tracker._resource_tracker, "_pid", None)}
+    return found - service
+
+
+@pytest.fixture(autouse=True, params=["fork server", "fresh interpreter"])
+def start_mode(request, monkeypatch) -> str:
+    """Every test runs with both ways of starting a child (`ChildProcess.fork_server`)."""
+    if request.param == "fork server" and not process.FORK_SERVER:
+        pytest.skip("no fork server on this platform")
+    monkeypatch.setattr(process, "FORK_SERVER", request.param == "fork server")
+    return request.param
 
 
 def _open_fds() -> set[str]:

@@ -17,17 +17,29 @@ builds the object (``("__init__", (target, kwargs))``, ``target`` written
 called if it has one). Every reply is ``("ok", value)`` or ``("error", traceback text)``.
 Arguments and values are pickled, so they must be plain records. Nothing is imported from the
 target's module in the parent.
+
+How a child starts: forked from a fork server (`multiprocessing`'s ``forkserver``, one per
+parent process, started on the first child) that has already imported `PRELOAD`, where the
+platform has one; otherwise a fresh interpreter (``python -c``). Importing textworld costs
+over a second of CPU (its grammar and logic files are parsed at import); a fork from the
+server costs milliseconds, and every env of every pool starts at least one child. The child
+gets the parent's environment as it is when the child starts (plus `ChildProcess.environ`),
+its own session, and stdin / stdout / stderr as in the ``python -c`` start. Modules the
+server imported saw the server's environment: a family whose import reads an environment
+variable of its own (ALFWorld's ``ALFWORLD_DATA``) stays out of `PRELOAD`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import importlib
+import multiprocessing
 import os
 import subprocess
 import sys
 import tempfile
 import traceback
+from multiprocessing import reduction
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any
@@ -36,6 +48,13 @@ from tripod.envs.base import EnvError
 
 CLOSE_WAIT_S = 2.0
 """How long `ChildProcess.close` waits for the child to stop by itself before killing it."""
+
+PRELOAD = ("tripod.envs.textworld.warm",)
+"""What the fork server imports once, before it forks any child (a module that is not
+installed is skipped)."""
+
+FORK_SERVER = "forkserver" in multiprocessing.get_all_start_methods()
+"""Whether children start from the fork server (`ChildProcess.fork_server` per object)."""
 
 
 def serve(read_fd: int, write_fd: int) -> None:
@@ -66,6 +85,50 @@ def _build(target: str, kwargs: dict[str, Any]) -> Any:
     """``module:Class`` built with `kwargs` (the module is imported here, in the child)."""
     module, _, name = target.partition(":")
     return getattr(importlib.import_module(module), name)(**kwargs)
+
+
+class _PassFd:
+    """A file descriptor handed to a child started by the fork server (pickled as a
+    duplicate of the descriptor, as `multiprocessing` hands over a `Connection`)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def __reduce__(self) -> tuple[Any, tuple[Any]]:
+        return _received_fd, (reduction.DupFd(self.fd),)
+
+
+def _received_fd(dup: Any) -> int:
+    return dup.detach()
+
+
+def _serve_forked(read_fd: int, write_fd: int, out_fd: int, err_fd: int,
+                  environ: dict[str, str]) -> None:
+    """Child main of a fork-server start: become what the ``python -c`` start would have
+    been (own session, the parent's environment, stdio on the log), then `serve`."""
+    os.setsid()
+    devnull = os.open(os.devnull, os.O_RDWR)
+    for fd, target in ((0, devnull), (1, out_fd), (2, err_fd)):
+        os.dup2(target, fd)
+    for fd in {devnull, out_fd, err_fd}:
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(environ)
+    # PYTHONPATH entries the parent set for this child (e.g. a test's own module folder)
+    for entry in reversed(environ.get("PYTHONPATH", "").split(os.pathsep)):
+        if entry and entry not in sys.path:
+            sys.path.insert(0, entry)
+    serve(read_fd, write_fd)
+
+
+def _fork_server_context() -> Any:
+    """The ``forkserver`` context, with `PRELOAD` set if the server has not started yet."""
+    from multiprocessing import forkserver
+
+    context = multiprocessing.get_context("forkserver")
+    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
+        context.set_forkserver_preload(list(PRELOAD))
+    return context
 
 
 def _child_environment(environ: dict[str, str]) -> dict[str, str]:
@@ -99,7 +162,12 @@ class ChildProcess:
         self.keep_stdout = keep_stdout
         """Keep the child's stdout in its log next to stderr (the log's end is shown in
         errors); off where a library prints much that nobody reads (ALFWorld's planner)."""
-        self._proc: subprocess.Popen | None = None
+        self.fork_server = FORK_SERVER
+        """Start the child from the fork server (default where the platform has one), not
+        from a fresh interpreter."""
+        self._proc: subprocess.Popen | multiprocessing.process.BaseProcess | None = None
+        self._exit_code: int | None = None
+        """The last child's exit code once it has ended (shown in errors)."""
         self._to_child: Connection | None = None
         self._from_child: Connection | None = None
         self._log: IO[bytes] | None = None
@@ -121,25 +189,47 @@ class ChildProcess:
     def _start(self) -> None:
         r_in, w_in = os.pipe()
         r_out, w_out = os.pipe()
-        code = f"from {__name__} import serve; serve({r_in}, {w_out})"
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the child)
+        try:
+            if self.fork_server:
+                self._start_forked(r_in, w_out)
+            else:
+                self._start_fresh(r_in, w_out)
+        finally:
+            os.close(r_in)
+            os.close(w_out)
+        self._to_child = Connection(w_in, readable=False)
+        self._from_child = Connection(r_out, writable=False)
+
+    def _start_fresh(self, r_in: int, w_out: int) -> None:
+        code = f"from {__name__} import serve; serve({r_in}, {w_out})"
         stdout = self._log if self.keep_stdout else subprocess.DEVNULL
         # Own session: a Ctrl-C in the terminal reaches the parent only, which then closes us.
         self._proc = subprocess.Popen(
             [sys.executable, "-c", code], pass_fds=(r_in, w_out), stdin=subprocess.DEVNULL,
             stdout=stdout, stderr=self._log, env=_child_environment(self.environ),
             start_new_session=True)
-        os.close(r_in)
-        os.close(w_out)
-        self._to_child = Connection(w_in, readable=False)
-        self._from_child = Connection(r_out, writable=False)
+
+    def _start_forked(self, r_in: int, w_out: int) -> None:
+        assert self._log is not None
+        err = self._log.fileno()
+        with open(os.devnull, "wb") as devnull:
+            out = err if self.keep_stdout else devnull.fileno()
+            # The descriptors are duplicated into the child while `start` runs.
+            proc = _fork_server_context().Process(
+                target=_serve_forked, name=self.label, daemon=True,
+                args=(_PassFd(r_in), _PassFd(w_out), _PassFd(out), _PassFd(err),
+                      _child_environment(self.environ)))
+            proc.start()
+        self._proc = proc
 
     def _request(self, method: str, arg: Any, timeout_s: float) -> Any:
         assert self._to_child is not None and self._from_child is not None
         try:
             self._to_child.send((method, arg))
             if not self._from_child.poll(timeout_s):
-                raise self._fail(f"did not answer {method!r} within {timeout_s:g} s (hung, killed)")
+                raise self._fail(f"did not answer {method!r} within {timeout_s:g} s (hung, killed)",
+                                 hung=True)
             status, payload = self._from_child.recv()
         except (EOFError, OSError) as exc:
             raise self._fail(f"crashed during {method!r} ({type(exc).__name__})") from exc
@@ -147,11 +237,14 @@ class ChildProcess:
             raise self._fail(f"raised during {method!r}:\n{payload}")
         return payload
 
-    def _fail(self, what: str) -> EnvError:
-        """Stop the child and describe the failure, with the end of its output."""
-        proc, tail = self._proc, self._log_tail()
+    def _fail(self, what: str, hung: bool = False) -> EnvError:
+        """Stop the child (a hung one at once) and describe the failure, with the end of its
+        output."""
+        tail = self._log_tail()
+        if hung and self._proc is not None:
+            self._proc.kill()
         self.close()  # waits for (or kills) the child, so its exit code is known
-        code = proc.returncode if proc is not None else None
+        code = self._exit_code
         return EnvError(f"{self.label} {what}; exit code {code}."
                         + (f"\nIts last output:\n{tail}" if tail else ""))
 
@@ -172,10 +265,10 @@ class ChildProcess:
             try:
                 if self._to_child is not None:
                     self._to_child.send(("close", None))
-                self._proc.wait(timeout=CLOSE_WAIT_S)
+                self._exit_code = _wait(self._proc, CLOSE_WAIT_S)
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
-                self._proc.wait()
+                self._exit_code = _wait(self._proc, None)
         for handle in (self._to_child, self._from_child, self._log):
             if handle is not None:
                 handle.close()
@@ -190,3 +283,17 @@ class ChildProcess:
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # interpreter shutdown: nothing sensible to do
             self.close()
+
+
+def _wait(proc: subprocess.Popen | multiprocessing.process.BaseProcess,
+          timeout_s: float | None) -> int:
+    """Wait for either kind of child to end and release it; its exit code (negative: the
+    signal that ended it). `subprocess.TimeoutExpired` if it runs past `timeout_s`."""
+    if isinstance(proc, subprocess.Popen):
+        return proc.wait(timeout=timeout_s)
+    proc.join(timeout_s)
+    code = proc.exitcode
+    if code is None:
+        raise subprocess.TimeoutExpired(proc.name, timeout_s or 0.0)
+    proc.close()  # its sentinel descriptor
+    return code
