@@ -25,8 +25,9 @@ over a second of CPU (its grammar and logic files are parsed at import); a fork 
 server costs milliseconds, and every env of every pool starts at least one child. The child
 gets the parent's environment as it is when the child starts (plus `ChildProcess.environ`),
 its own session, and stdin / stdout / stderr as in the ``python -c`` start. Modules the
-server imported saw the server's environment: a family whose import reads an environment
-variable of its own (ALFWorld's ``ALFWORLD_DATA``) stays out of `PRELOAD`.
+server imported saw the server's environment, not the child's: a module whose import reads
+an environment variable that a family sets per child stays out of `PRELOAD` (ALFWorld's
+``ALFWORLD_DATA`` is read when a game is built, in the child, so its module is in).
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ from tripod.envs.base import EnvError
 CLOSE_WAIT_S = 2.0
 """How long `ChildProcess.close` waits for the child to stop by itself before killing it."""
 
-PRELOAD = ("tripod.envs.textworld.warm",)
+PRELOAD = ("tripod.envs.textworld.warm", "tripod.envs.alfworld.game")
 """What the fork server imports once, before it forks any child (a module that is not
 installed is skipped)."""
 
