@@ -192,7 +192,8 @@ class ChildProcess:
         r_out, w_out = os.pipe()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the child)
         try:
-            if self.fork_server:
+            # a daemonic `multiprocessing` process may not have children of its own
+            if self.fork_server and not multiprocessing.current_process().daemon:
                 self._start_forked(r_in, w_out)
             else:
                 self._start_fresh(r_in, w_out)
