@@ -8,6 +8,7 @@ hang, the restart after each, and that closing leaves no process and no file han
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -173,3 +174,72 @@ def test_failures_leave_no_process_and_no_file_handle() -> None:
             child.call(method, arg, timeout_s=timeout_s)
         assert _children() - children == set()
         assert _open_fds() == fds
+
+
+def _run_script(tmp_path: Path, body: str) -> subprocess.CompletedProcess:
+    """`body` as a script of its own (a fresh process: its own fork server)."""
+    script = tmp_path / "script.py"
+    script.write_text(body)
+    import tripod
+
+    src = str(Path(tripod.__file__).resolve().parents[1])  # this checkout's tripod
+    environ = {**os.environ, "PYTHONPATH": os.pathsep.join([src, TEST_ROOT, str(tmp_path)])}
+    return subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                          env=environ, timeout=300, cwd=tmp_path)
+
+
+def test_a_forked_child_does_not_run_the_parents_script_again(tmp_path: Path,
+                                                               start_mode: str) -> None:
+    """A script without a main guard: the child must not execute it (it would start the
+    script's own work in every game process)."""
+    done = _run_script(tmp_path, f"""
+import sys
+from tripod.envs import process
+process.FORK_SERVER = {start_mode == "fork server"}
+print("script body ran", flush=True)
+child = process.ChildProcess("{TARGET}", {{}}, label="test child")
+print("count", child.call("add", 2, timeout_s=60), flush=True)
+child.close()
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("script body ran") == 1 and "count 2" in done.stdout
+
+
+def test_a_fork_server_that_fails_falls_back_to_fresh_starts(tmp_path: Path,
+                                                           start_mode: str) -> None:
+    if start_mode != "fork server":
+        pytest.skip("the fork server's own failure")
+    (tmp_path / "bad_preload.py").write_text("raise RuntimeError('preload broke')\n")
+    done = _run_script(tmp_path, f"""
+from tripod.envs import process
+process.PRELOAD = ("bad_preload",)
+for _ in range(2):
+    with process.ChildProcess("{TARGET}", {{}}, label="test child") as child:
+        print("count", child.call("add", 3, timeout_s=60), flush=True)
+""")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("count 3") == 2
+    assert done.stderr.count("start without the fork server from now on") == 1
+
+
+def test_children_ending_at_once_in_threads_report_their_own_exit_codes(start_mode: str) -> None:
+    """Envs of a pool run in threads: each child's exit code reaches its own object intact
+    (`multiprocessing` polls every child it lists on each start, from any thread)."""
+    if start_mode != "fork server":
+        pytest.skip("the race is the fork server's")
+    from concurrent.futures import ThreadPoolExecutor
+
+    def crash_repeatedly(code: int) -> list[str]:
+        messages = []
+        with _child() as child:
+            for _ in range(8):
+                child.call("add", 1, timeout_s=60)
+                with pytest.raises(EnvError) as err:
+                    child.call("crash", code, timeout_s=60)
+                messages.append(str(err.value))
+        return messages
+
+    with ThreadPoolExecutor(6) as pool:
+        results = list(pool.map(crash_repeatedly, range(3, 9)))
+    for code, messages in zip(range(3, 9), results, strict=True):
+        assert all(f"exit code {code}." in m for m in messages), messages

@@ -24,7 +24,8 @@ platform has one; otherwise a fresh interpreter (``python -c``). Importing textw
 over a second of CPU (its grammar and logic files are parsed at import); a fork from the
 server costs milliseconds, and every env of every pool starts at least one child. The child
 gets the parent's environment as it is when the child starts (plus `ChildProcess.environ`),
-its own session, and stdin / stdout / stderr as in the ``python -c`` start. Modules the
+its own session, and stdin / stdout / stderr as in the ``python -c`` start; the parent's
+main script is not run again in it (`multiprocessing` would by default). Modules the
 server imported saw the server's environment, not the child's: a module whose import reads
 an environment variable that a family sets per child stays out of `PRELOAD` (ALFWorld's
 ``ALFWORLD_DATA`` is read when a game is built, in the child, so its module is in).
@@ -35,12 +36,14 @@ from __future__ import annotations
 import contextlib
 import importlib
 import multiprocessing
+import multiprocessing.context
 import os
 import subprocess
 import sys
 import tempfile
+import threading
 import traceback
-from multiprocessing import reduction
+from multiprocessing import popen_forkserver, reduction, spawn
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import IO, Any
@@ -122,14 +125,62 @@ def _serve_forked(read_fd: int, write_fd: int, out_fd: int, err_fd: int,
     serve(read_fd, write_fd)
 
 
-def _fork_server_context() -> Any:
-    """The ``forkserver`` context, with `PRELOAD` set if the server has not started yet."""
+_SERVER_LOCK = threading.Lock()
+_SERVER_BROKEN = False
+"""Set once a forked start failed in this process: later children start fresh."""
+_NO_MAIN = threading.local()
+
+
+def _preparation_data(name: str) -> dict[str, Any]:
+    """`multiprocessing.spawn.get_preparation_data`, without the parent's main module for our
+    own starts: a child forked for a game must not run the parent's script again (a script
+    without an ``if __name__ == "__main__"`` guard would start its training in every game
+    process; a Ray worker's main imports ray in each)."""
+    data = _ORIGINAL_PREPARATION_DATA(name)
+    if getattr(_NO_MAIN, "active", False):
+        data.pop("init_main_from_name", None)
+        data.pop("init_main_from_path", None)
+    return data
+
+
+_ORIGINAL_PREPARATION_DATA = spawn.get_preparation_data
+
+
+class _ForkedPopen(popen_forkserver.Popen):
+    def _launch(self, process_obj: Any) -> None:
+        _NO_MAIN.active = True
+        try:
+            super()._launch(process_obj)
+        finally:
+            _NO_MAIN.active = False
+
+
+class _ForkedProcess(multiprocessing.context.ForkServerProcess):
+    @staticmethod
+    def _Popen(process_obj: Any) -> Any:  # noqa: N802 (multiprocessing's name)
+        return _ForkedPopen(process_obj)
+
+
+def _ensure_fork_server() -> None:
+    """Start the fork server with `PRELOAD` (once per process), importing this checkout of
+    tripod: the server is a fresh interpreter, and `PYTHONPATH` is all it has of our path."""
     from multiprocessing import forkserver
 
-    context = multiprocessing.get_context("forkserver")
-    if getattr(forkserver._forkserver, "_forkserver_pid", None) is None:
-        context.set_forkserver_preload(list(PRELOAD))
-    return context
+    with _SERVER_LOCK:
+        if spawn.get_preparation_data is not _preparation_data:
+            spawn.get_preparation_data = _preparation_data
+        if getattr(forkserver._forkserver, "_forkserver_pid", None) is not None:
+            return  # running (ours, or started by other code with its own preloads)
+        multiprocessing.get_context("forkserver").set_forkserver_preload(list(PRELOAD))
+        saved = os.environ.get("PYTHONPATH")
+        os.environ["PYTHONPATH"] = _child_environment({})["PYTHONPATH"]
+        try:
+            forkserver.ensure_running()
+        finally:
+            if saved is None:
+                os.environ.pop("PYTHONPATH", None)
+            else:
+                os.environ["PYTHONPATH"] = saved
 
 
 def _child_environment(environ: dict[str, str]) -> dict[str, str]:
@@ -188,15 +239,29 @@ class ChildProcess:
         return self._request(method, arg, timeout_s)
 
     def _start(self) -> None:
+        global _SERVER_BROKEN
         r_in, w_in = os.pipe()
         r_out, w_out = os.pipe()
         self._log = tempfile.TemporaryFile()  # noqa: SIM115 (lives as long as the child)
         try:
             # a daemonic `multiprocessing` process may not have children of its own
-            if self.fork_server and not multiprocessing.current_process().daemon:
-                self._start_forked(r_in, w_out)
+            if (self.fork_server and not _SERVER_BROKEN
+                    and not multiprocessing.current_process().daemon):
+                try:
+                    self._start_forked(r_in, w_out)
+                except Exception as exc:  # the server failed: start fresh from now on
+                    _SERVER_BROKEN = True
+                    print(f"tripod: game processes start without the fork server from now on "
+                          f"(it failed: {type(exc).__name__}: {exc})", file=sys.stderr)
+                    self._start_fresh(r_in, w_out)
             else:
                 self._start_fresh(r_in, w_out)
+        except BaseException:
+            for fd in (w_in, r_out):
+                os.close(fd)
+            self._log.close()
+            self._log = None
+            raise
         finally:
             os.close(r_in)
             os.close(w_out)
@@ -214,15 +279,20 @@ class ChildProcess:
 
     def _start_forked(self, r_in: int, w_out: int) -> None:
         assert self._log is not None
+        _ensure_fork_server()
         err = self._log.fileno()
         with open(os.devnull, "wb") as devnull:
             out = err if self.keep_stdout else devnull.fileno()
             # The descriptors are duplicated into the child while `start` runs.
-            proc = _fork_server_context().Process(
+            proc = _ForkedProcess(
                 target=_serve_forked, name=self.label, daemon=True,
                 args=(_PassFd(r_in), _PassFd(w_out), _PassFd(out), _PassFd(err),
                       _child_environment(self.environ)))
             proc.start()
+        # Out of `multiprocessing`'s list of children: every `start()` in any thread polls
+        # that list, and two threads reading one child's exit code at once garble it. Only
+        # this object waits for its child (`_wait`); at exit the child sees its pipes close.
+        multiprocessing.process._children.discard(proc)
         self._proc = proc
 
     def _request(self, method: str, arg: Any, timeout_s: float) -> Any:
@@ -243,7 +313,7 @@ class ChildProcess:
         """Stop the child (a hung one at once) and describe the failure, with the end of its
         output."""
         tail = self._log_tail()
-        if hung and self._proc is not None:
+        if hung and self._proc is not None and _running(self._proc):
             self._proc.kill()
         self.close()  # waits for (or kills) the child, so its exit code is known
         code = self._exit_code
@@ -269,7 +339,8 @@ class ChildProcess:
                     self._to_child.send(("close", None))
                 self._exit_code = _wait(self._proc, CLOSE_WAIT_S)
             except (OSError, subprocess.TimeoutExpired):
-                self._proc.kill()
+                if _running(self._proc):  # not a pid that may already be reused
+                    self._proc.kill()
                 self._exit_code = _wait(self._proc, None)
         for handle in (self._to_child, self._from_child, self._log):
             if handle is not None:
@@ -299,3 +370,10 @@ def _wait(proc: subprocess.Popen | multiprocessing.process.BaseProcess,
         raise subprocess.TimeoutExpired(proc.name, timeout_s or 0.0)
     proc.close()  # its sentinel descriptor
     return code
+
+
+def _running(proc: subprocess.Popen | multiprocessing.process.BaseProcess) -> bool:
+    """Not known to have ended (so its pid is still its own)."""
+    if isinstance(proc, subprocess.Popen):
+        return proc.poll() is None
+    return proc.exitcode is None

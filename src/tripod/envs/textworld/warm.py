@@ -11,11 +11,16 @@ it here fills that cache for every forked child.
 
 from __future__ import annotations
 
-import textworld  # noqa: F401 (the import is the point)
-import textworld.gym  # noqa: F401
-from textworld.generator.data import KnowledgeBase
-from textworld.logic import GameLogic
+import contextlib
 
 import tripod.envs.textworld.process  # noqa: F401 (what the child builds)
 
-GameLogic.parse(KnowledgeBase.default().logic.serialize())
+# Whatever fails here fails again, with a clear error, in the game process that needs it; an
+# exception other than ImportError would stop the fork server itself.
+with contextlib.suppress(Exception):
+    import textworld  # noqa: F401 (the import is the point)
+    import textworld.gym  # noqa: F401
+    from textworld.generator.data import KnowledgeBase
+    from textworld.logic import GameLogic
+
+    GameLogic.parse(KnowledgeBase.default().logic.serialize())
