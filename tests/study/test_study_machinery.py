@@ -83,9 +83,10 @@ def test_layers_smoke_below_the_arm_and_run_identity_on_top(toy_dir):
                        smoke={"overrides": {"rollout.group_size": 3}, "seeds": 1})
     study, spath = load_study(path)
     real = resolve_runs(study, spath, toy_dir / "out")
-    assert [(r.arm.name, r.seed) for r in real] == [("sft", 0), ("sft", 1), ("long", 0),
+    # seed-major, the shared SFT first within a seed: stopped after two runs, seed 0 is whole
+    assert [(r.arm.name, r.seed) for r in real] == [("sft", 0), ("long", 0), ("sft", 1),
                                                     ("long", 1)]
-    long0 = real[2].cfg
+    long0 = real[1].cfg
     assert long0.train.iterations == 3 and long0.eval.games == 5 and long0.run.seed == 0
     assert long0.run_dir == toy_dir / "out" / "long" / "seed0"
     assert long0.model.name == str(toy_dir / "out" / "sft" / "seed0" / "sft")

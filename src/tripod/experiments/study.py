@@ -304,9 +304,12 @@ def resolve_runs(study: StudyFile, study_path: Path, out: Path,
     for layer in layers:
         data = _set(data, layer, str(study_path))
     seeds = seed_list(study.smoke.seeds if smoke else study.seeds)
-    runs = []
-    for arm in study_arms(study, smoke):
-        for seed in seeds:
+    arms, runs = study_arms(study, smoke), []
+    # Seed-major: a study stopped part-way has every arm of its first seeds, the runs a
+    # comparison needs, rather than every seed of its first arms. With a shared SFT, the
+    # `sft` arm comes first among each seed's arms, so it runs before the arms that load it.
+    for seed in seeds:
+        for arm in arms:
             settings = dict(arm.settings)
             if study.shared_sft and arm.name != "sft":
                 settings.update({"model.name": str(out / "sft" / f"seed{seed}" / "sft"),
