@@ -41,6 +41,8 @@ def pytest_collection_modifyitems(config, items):
         group = _xdist_group(item)
         if group is not None:
             item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER_COUNT") or config.getoption("numprocesses", None):
+        _long_work_first(items)
     import torch
 
     if torch.cuda.is_available():
@@ -70,3 +72,22 @@ def _xdist_group(item) -> str | None:
                 return where
             module_scoped = module_scoped or fixturedef.scope == "module"
     return item.module.__name__ if module_scoped and item.module is not None else None
+
+
+def _long_work_first(items) -> None:
+    """Under pytest-xdist, hand out the long units first: a minute-long group that starts
+    last keeps one worker busy after the other has finished (the learning tests, a module
+    fixture of ~3 minutes, came last in collection order). Whole modules move, so a module's
+    fixtures are still built once: modules whose slow tests form one group (an xdist
+    group) first, then modules with slow tests, then the rest, each in collection order."""
+    rank: dict[str, int] = {}
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        slow = item.get_closest_marker("slow") is not None
+        grouped = item.get_closest_marker("xdist_group") is not None
+        rank[module] = min(rank.get(module, 2), 0 if slow and grouped else 1 if slow else 2)
+    first = {}
+    for i, item in enumerate(items):
+        first.setdefault(item.nodeid.split("::", 1)[0], i)
+    items.sort(key=lambda it: (rank[it.nodeid.split("::", 1)[0]],
+                               first[it.nodeid.split("::", 1)[0]]))
