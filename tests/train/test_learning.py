@@ -87,7 +87,9 @@ unit-tested in tests/algos): their learning runs in `make test-all`, `gae` (crit
 
 @pytest.mark.slow
 @pytest.mark.parametrize("estimator", [
-    pytest.param(e, marks=[pytest.mark.heavy] if e in HEAVY else []) for e in sorted(GAMMA)])
+    # each its own xdist group: two workers learn at once, each building the prior (~7 s)
+    pytest.param(e, marks=([pytest.mark.heavy] if e in HEAVY else [])
+                 + [pytest.mark.xdist_group(f"learning-{e}")]) for e in sorted(GAMMA)])
 def test_estimator_learns_toy_task(format_prior, tmp_path, estimator):
     prior, _ = format_prior
     policy = copy.deepcopy(prior)
