@@ -25,7 +25,7 @@ quickstart: $(STAMP)
 	$(VENV)/bin/tripod quickstart
 
 test: $(STAMP)
-	$(PY) -m pytest -q -m "not heavy" -n 3 --dist loadgroup --durations=40
+	$(PY) -m pytest -q -m "not heavy" -n 2 --dist loadgroup --durations=40
 
 test-all: $(STAMP)
 	$(PY) -m pytest -q

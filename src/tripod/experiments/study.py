@@ -510,7 +510,9 @@ def summarise_study(study: StudyFile, study_path: Path, runs: list[RunSpec], out
     )
     from tripod.experiments.plots import make_plots
 
-    done = [r for r in runs if (r.run_dir / DONE_FILE).is_file()]
+    arm_order = {a: i for i, a in enumerate(dict.fromkeys(r.arm.name for r in runs))}
+    done = sorted((r for r in runs if (r.run_dir / DONE_FILE).is_file()),
+                  key=lambda r: (arm_order[r.arm.name], r.seed))   # tables read arm by arm
     rows = [row for r in done for row in read_run(
         r.run_dir, r.arm.name, r.seed, r.arm.tags, r.arm.settings, r.cfg.model_dump(mode="json"))]
     outputs = {"table": out / "results.csv", "episodes": out / "episodes.csv",
