@@ -1,4 +1,4 @@
-"""Paired comparisons against hand-computed values."""
+"""Paired and unpaired comparisons against hand-computed and published values."""
 
 from __future__ import annotations
 
@@ -9,10 +9,16 @@ import pytest
 
 from tripod.experiments.aggregate import (
     EvalRow,
+    Paired,
+    Unpaired,
+    compare,
     compare_arms,
+    fisher_exact,
     mcnemar_exact,
+    newcombe_interval,
     paired_bootstrap,
     summarise_arms,
+    summary_markdown,
 )
 
 
@@ -59,3 +65,38 @@ def test_compare_pairs_same_seed_and_game_and_skips_env_errors():
 def test_summaries_pool_seeds_and_keep_each_seed():
     (s,) = summarise_arms([row("a", 0, "1100"), row("a", 1, "1110")]).values()
     assert (s.successes, s.episodes, s.per_seed) == (5, 8, {0: 0.5, 1: 0.75})
+
+
+@pytest.mark.parametrize(("counts", "interval"), [
+    ((56, 70, 48, 80), (0.0524, 0.3339)),   # Newcombe (1998), Table II, method 10
+    ((9, 10, 3, 10), (0.1705, 0.8090)),     # same table
+])
+def test_newcombe_interval_of_a_difference_of_proportions(counts, interval):
+    assert newcombe_interval(*counts) == pytest.approx(interval, abs=5e-5)
+
+
+def test_fisher_exact_two_sided():
+    # 3 of 4 against 1 of 4: tables x = 0..4 have probabilities 1, 16, 36, 16, 1 (/70); all
+    # but the middle one are at most as likely as the observed x = 3
+    assert fisher_exact(3, 4, 1, 4) == pytest.approx(34 / 70)
+    assert fisher_exact(1, 4, 3, 4) == pytest.approx(34 / 70)
+    assert fisher_exact(0, 10, 10, 10) == pytest.approx(2 / math.comb(20, 10))
+    assert fisher_exact(2, 4, 2, 4) == pytest.approx(1.0)
+
+
+def test_arms_without_a_common_env_are_compared_unpaired():
+    rows = [row("small", 0, "1110", env="w2"), row("small", 1, "1100", env="w2"),
+            row("big", 0, "1000", env="w8"), row("big", 1, "00E0", env="w8")]
+    assert compare_arms(rows, "small", "big") == []      # no game in common
+    (c,) = compare(rows, "small", "big")
+    assert isinstance(c, Unpaired)
+    assert (c.a_envs, c.b_envs) == (["w2"], ["w8"])
+    assert (c.a_won, c.a_n, c.b_won, c.b_n) == (5, 8, 1, 7)   # the env error is not a game
+    assert c.diff == pytest.approx(5 / 8 - 1 / 7)
+    assert c.ci95 == pytest.approx(newcombe_interval(5, 8, 1, 7))
+    assert c.p_value == pytest.approx(fisher_exact(5, 8, 1, 7))
+    text = summary_markdown("t", [], rows, [c], [])
+    assert "## Unpaired comparisons" in text and "## Paired comparisons" not in text
+    assert "| small vs big | w2 | w8 | 5/8 | 1/7 | +48.2% |" in text
+    paired = [row("a", 0, "1100"), row("b", 0, "0101")]
+    assert all(isinstance(x, Paired) for x in compare(paired, "a", "b"))

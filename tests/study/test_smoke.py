@@ -17,8 +17,10 @@ import yaml
 from tripod.cli import main
 from tripod.experiments.study import (
     DONE_FILE,
+    STUDIES,
     default_runner,
     load_study,
+    resolve_runs,
     run_study,
     study_arms,
 )
@@ -26,8 +28,15 @@ from tripod.experiments.study import (
 SRC = Path(__file__).resolve().parents[2] / "src"
 
 
+IN_CI = ("06-sft-rl-budget", "05-algorithms-cpu")
+"""The studies whose smoke size runs in `make test`; every other study's in `make test-all`
+(CI time: 10-60 s each)."""
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["06-sft-rl-budget", "05-algorithms-cpu"])
+@pytest.mark.parametrize("name", [
+    pytest.param(p.stem, marks=[] if p.stem in IN_CI else [pytest.mark.heavy])
+    for p in sorted(STUDIES.glob("*.yaml"))])
 def test_study_runs_end_to_end_at_smoke_size(tmp_path, name):
     out = tmp_path / "study"
     assert main(["study", name, "--smoke", "--out", str(out)]) == 0
@@ -36,13 +45,19 @@ def test_study_runs_end_to_end_at_smoke_size(tmp_path, name):
         rows = list(csv.DictReader(fh))
     arms = list(dict.fromkeys(r["arm"] for r in rows))
     assert arms == [a.name for a in study_arms(study, smoke=True)]
-    envs = study.eval.env_ids or None
+    runs = {r.arm.name: r.cfg for r in resolve_runs(study, path, out, smoke=True)}
     for arm in arms:
+        cfg = runs[arm]
         got = {r["eval_env"] for r in rows if r["arm"] == arm}
-        assert envs is None or got == set(envs)
-        assert all(int(r["episodes"]) + int(r["env_errors"]) == 2 for r in rows)
+        assert got == set(cfg.eval.env_ids or [cfg.env.id])
+        for r in rows:
+            if r["arm"] == arm:  # every evaluated game is an episode or a counted env error
+                games = cfg.eval.games_by_env.get(r["eval_env"], cfg.eval.games)
+                assert int(r["episodes"]) + int(r["env_errors"]) == games, (arm, r)
     summary = (out / "summary.md").read_text()
-    assert "smoke size" in summary and "## Paired comparisons" in summary
+    assert "smoke size" in summary
+    for a, b in study.compare:   # paired where the arms share games, unpaired where not
+        assert f"| {a} vs {b} |" in summary, (a, b)
     for plot in study.plots:
         for ext in ("png", "svg"):
             assert (out / "plots" / f"{plot.stem}.{ext}").stat().st_size > 1000

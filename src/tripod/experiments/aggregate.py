@@ -7,7 +7,9 @@ rates are listed beside it so that a reader sees that spread too.
 
 Two arms evaluated on the same games are compared game by game (pairs: same seed, same game):
 the exact McNemar test on the discordant pairs, and the difference in success with a paired
-bootstrap interval over those pairs.
+bootstrap interval over those pairs. Two arms that share no evaluated env (a study across game
+sizes or reward levels) played no game in common: their pooled rates are compared as two
+independent samples instead (Fisher's exact test, Newcombe's interval of the difference).
 """
 
 from __future__ import annotations
@@ -221,12 +223,84 @@ def compare_arms(rows: list[EvalRow], a: str, b: str) -> list[Paired]:
     return out
 
 
+@dataclass
+class Unpaired:
+    """Arm `a` against arm `b` when they share no evaluated env (e.g. trained and evaluated on
+    different game sizes): no game was played by both, so the rates are compared as two
+    independent samples, pooled over seeds, games and each arm's envs."""
+
+    a: str
+    b: str
+    a_envs: list[str]
+    b_envs: list[str]
+    a_won: int
+    a_n: int
+    b_won: int
+    b_n: int
+    diff: float
+    """Success rate of `a` minus that of `b`."""
+    ci95: tuple[float, float]
+    """Newcombe's hybrid score interval of `diff` (built from the two Wilson intervals)."""
+    p_value: float
+    """Fisher's exact test, two-sided."""
+
+
+def newcombe_interval(a_won: int, a_n: int, b_won: int, b_n: int) -> tuple[float, float]:
+    """95% interval of a difference of two independent proportions (Newcombe 1998, method
+    10: each side's distance from its Wilson interval, combined in quadrature)."""
+    if a_n == 0 or b_n == 0:
+        return float("nan"), float("nan")
+    pa, pb = a_won / a_n, b_won / b_n
+    (la, ua), (lb, ub) = wilson_interval(a_won, a_n), wilson_interval(b_won, b_n)
+    d = pa - pb
+    return (d - math.sqrt((pa - la) ** 2 + (ub - pb) ** 2),
+            d + math.sqrt((ua - pa) ** 2 + (pb - lb) ** 2))
+
+
+def fisher_exact(a_won: int, a_n: int, b_won: int, b_n: int) -> float:
+    """Two-sided Fisher exact p-value of the 2x2 table (won/lost x a/b): the probability, with
+    the margins fixed, of a table at most as likely as the observed one."""
+    n, won = a_n + b_n, a_won + b_won
+    if a_n == 0 or b_n == 0:
+        return 1.0
+
+    def prob(x: int) -> float:   # hypergeometric: x of a's games won
+        return math.comb(won, x) * math.comb(n - won, a_n - x) / math.comb(n, a_n)
+
+    observed = prob(a_won)
+    tables = range(max(0, a_n - (n - won)), min(won, a_n) + 1)
+    return min(1.0, sum(p for p in map(prob, tables) if p <= observed * (1 + 1e-9)))
+
+
+def compare_unpaired(rows: list[EvalRow], a: str, b: str) -> Unpaired | None:
+    """Arms `a` and `b` as independent samples; None when either has no episodes."""
+    ra, rb = [r for r in rows if r.arm == a], [r for r in rows if r.arm == b]
+    a_won, a_n = sum(r.successes for r in ra), sum(r.episodes for r in ra)
+    b_won, b_n = sum(r.successes for r in rb), sum(r.episodes for r in rb)
+    if not a_n or not b_n:
+        return None
+    return Unpaired(a, b, sorted({r.eval_env for r in ra}), sorted({r.eval_env for r in rb}),
+                    a_won, a_n, b_won, b_n, a_won / a_n - b_won / b_n,
+                    newcombe_interval(a_won, a_n, b_won, b_n),
+                    fisher_exact(a_won, a_n, b_won, b_n))
+
+
+def compare(rows: list[EvalRow], a: str, b: str) -> list[Paired | Unpaired]:
+    """Paired comparisons on every env both arms were evaluated on; if they share none, one
+    unpaired comparison (different games cannot be paired)."""
+    paired = compare_arms(rows, a, b)
+    if paired:
+        return list(paired)
+    unpaired = compare_unpaired(rows, a, b)
+    return [unpaired] if unpaired is not None else []
+
+
 def _pct(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.0%}"
 
 
 def summary_markdown(title: str, header: list[str], rows: list[EvalRow],
-                     comparisons: list[Paired], plots: list[Path]) -> str:
+                     comparisons: list[Paired | Unpaired], plots: list[Path]) -> str:
     """The study's summary page: pooled success per arm and env, paired comparisons, plots."""
     lines = [f"# {title}", "", *header, "",
              "## Success per arm (pooled over seeds and games; 95% Wilson interval)", "",
@@ -241,15 +315,26 @@ def summary_markdown(title: str, header: list[str], rows: list[EvalRow],
         seeds = ", ".join(f"{seed}: {_pct(v)}" for seed, v in sorted(s.per_seed.items()))
         lines.append(f"| {arm} | {fields[arm]} | {env} | {_pct(s.rate)} | {_pct(lo)}-{_pct(hi)}"
                      f" | {s.successes}/{s.episodes} | {seeds} |")
-    if comparisons:
+    paired = [c for c in comparisons if isinstance(c, Paired)]
+    unpaired = [c for c in comparisons if isinstance(c, Unpaired)]
+    if paired:
         lines += ["", "## Paired comparisons (same seeds, same games)", "",
                   "| a vs b | evaluated env | pairs | only a won | only b won | a - b | "
                   "95% CI (paired bootstrap) | McNemar p |", "|---|---|---|---|---|---|---|---|"]
-        for c in comparisons:
+        for c in paired:
             lo, hi = c.ci95
             lines.append(f"| {c.a} vs {c.b} | {c.eval_env} | {c.pairs} | {c.a_only} | "
                          f"{c.b_only} | {c.diff:+.1%} | {lo:+.1%} to {hi:+.1%} | "
                          f"{c.p_value:.3g} |")
+    if unpaired:
+        lines += ["", "## Unpaired comparisons (no evaluated env in common: different games)",
+                  "", "| a vs b | a evaluated on | b evaluated on | a won/n | b won/n | a - b | "
+                  "95% CI (Newcombe) | Fisher p |", "|---|---|---|---|---|---|---|---|"]
+        for c in unpaired:
+            lo, hi = c.ci95
+            lines.append(f"| {c.a} vs {c.b} | {', '.join(c.a_envs)} | {', '.join(c.b_envs)} | "
+                         f"{c.a_won}/{c.a_n} | {c.b_won}/{c.b_n} | {c.diff:+.1%} | "
+                         f"{lo:+.1%} to {hi:+.1%} | {c.p_value:.3g} |")
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.as_posix()})" for p in plots]
     return "\n".join(lines) + "\n"

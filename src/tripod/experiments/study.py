@@ -502,7 +502,7 @@ def summarise_study(study: StudyFile, study_path: Path, runs: list[RunSpec], out
                     smoke: bool) -> dict[str, Path]:
     """Tidy tables, summary page and plots from the finished runs (partial studies too)."""
     from tripod.experiments.aggregate import (
-        compare_arms,
+        compare,
         read_run,
         summary_markdown,
         write_episodes,
@@ -519,7 +519,7 @@ def summarise_study(study: StudyFile, study_path: Path, runs: list[RunSpec], out
                "summary": out / "summary.md"}
     write_table(rows, outputs["table"], study.name)
     write_episodes(rows, outputs["episodes"])
-    comparisons = [c for a, b in study.compare for c in compare_arms(rows, a, b)]
+    comparisons = [c for a, b in study.compare for c in compare(rows, a, b)]
     plot_rows = [r for r in rows if not (study.shared_sft and r.arm == "sft")]
     plots = make_plots(study.plots, plot_rows, [(r.arm.name, r.seed, r.run_dir) for r in done],
                        out / "plots")
