@@ -327,7 +327,7 @@ def summary_markdown(title: str, header: list[str], rows: list[EvalRow],
                          f"{c.b_only} | {c.diff:+.1%} | {lo:+.1%} to {hi:+.1%} | "
                          f"{c.p_value:.3g} |")
     if unpaired:
-        lines += ["", "## Unpaired comparisons (no evaluated env in common: different games)",
+        lines += ["", "## Unpaired comparisons (no evaluated env id in common)",
                   "", "| a vs b | a evaluated on | b evaluated on | a won/n | b won/n | a - b | "
                   "95% CI (Newcombe) | Fisher p |", "|---|---|---|---|---|---|---|---|"]
         for c in unpaired:
