@@ -30,13 +30,20 @@ SRC = Path(__file__).resolve().parents[2] / "src"
 
 IN_CI = ("06-sft-rl-budget", "05-algorithms-cpu")
 """The studies whose smoke size runs in `make test`; every other study's in `make test-all`
-(CI time: 10-60 s each)."""
+(CI time: a minute or more each)."""
+GENERATES_SWE_SUITE = ("02c-generalisation-swe", "07-swe-reward")
+"""Arms on `swe/generated` generate the whole task suite first in a cold cache (10+ minutes:
+each candidate task's tests run), past the suite's default 900-s limit per test."""
+
+
+def _smoke_marks(name: str) -> list:
+    marks = [] if name in IN_CI else [pytest.mark.heavy]
+    return marks + ([pytest.mark.timeout(3600)] if name in GENERATES_SWE_SUITE else [])
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", [
-    pytest.param(p.stem, marks=[] if p.stem in IN_CI else [pytest.mark.heavy])
-    for p in sorted(STUDIES.glob("*.yaml"))])
+@pytest.mark.parametrize("name", [pytest.param(p.stem, marks=_smoke_marks(p.stem))
+                                  for p in sorted(STUDIES.glob("*.yaml"))])
 def test_study_runs_end_to_end_at_smoke_size(tmp_path, name):
     out = tmp_path / "study"
     assert main(["study", name, "--smoke", "--out", str(out)]) == 0
