@@ -19,7 +19,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -182,6 +182,17 @@ class Paired:
     p_value: float
     """Exact two-sided McNemar test (binomial on the discordant pairs)."""
 
+    TITLE: ClassVar[str] = "Paired comparisons (same seeds, same games)"
+    COLUMNS: ClassVar[list[str]] = ["a vs b", "evaluated env", "pairs", "only a won",
+                                    "only b won", "a - b", "95% CI (paired bootstrap)",
+                                    "McNemar p"]
+
+    def cells(self) -> list[str]:
+        lo, hi = self.ci95
+        return [f"{self.a} vs {self.b}", self.eval_env, str(self.pairs), str(self.a_only),
+                str(self.b_only), f"{self.diff:+.1%}", f"{lo:+.1%} to {hi:+.1%}",
+                f"{self.p_value:.3g}"]
+
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:
     """Two-sided exact McNemar p-value: discordant pairs ~ Binomial(n, 1/2) under H0."""
@@ -244,6 +255,16 @@ class Unpaired:
     p_value: float
     """Fisher's exact test, two-sided."""
 
+    TITLE: ClassVar[str] = "Unpaired comparisons (no evaluated env id in common)"
+    COLUMNS: ClassVar[list[str]] = ["a vs b", "a evaluated on", "b evaluated on", "a won/n",
+                                    "b won/n", "a - b", "95% CI (Newcombe)", "Fisher p"]
+
+    def cells(self) -> list[str]:
+        lo, hi = self.ci95
+        return [f"{self.a} vs {self.b}", ", ".join(self.a_envs), ", ".join(self.b_envs),
+                f"{self.a_won}/{self.a_n}", f"{self.b_won}/{self.b_n}", f"{self.diff:+.1%}",
+                f"{lo:+.1%} to {hi:+.1%}", f"{self.p_value:.3g}"]
+
 
 def newcombe_interval(a_won: int, a_n: int, b_won: int, b_n: int) -> tuple[float, float]:
     """95% interval of a difference of two independent proportions (Newcombe 1998, method
@@ -295,6 +316,10 @@ def compare(rows: list[EvalRow], a: str, b: str) -> list[Paired | Unpaired]:
     return [unpaired] if unpaired is not None else []
 
 
+def _md_row(cells: list[str]) -> str:
+    return "| " + " | ".join(cells) + " |"
+
+
 def _pct(x: float) -> str:
     return "n/a" if math.isnan(x) else f"{x:.0%}"
 
@@ -315,26 +340,11 @@ def summary_markdown(title: str, header: list[str], rows: list[EvalRow],
         seeds = ", ".join(f"{seed}: {_pct(v)}" for seed, v in sorted(s.per_seed.items()))
         lines.append(f"| {arm} | {fields[arm]} | {env} | {_pct(s.rate)} | {_pct(lo)}-{_pct(hi)}"
                      f" | {s.successes}/{s.episodes} | {seeds} |")
-    paired = [c for c in comparisons if isinstance(c, Paired)]
-    unpaired = [c for c in comparisons if isinstance(c, Unpaired)]
-    if paired:
-        lines += ["", "## Paired comparisons (same seeds, same games)", "",
-                  "| a vs b | evaluated env | pairs | only a won | only b won | a - b | "
-                  "95% CI (paired bootstrap) | McNemar p |", "|---|---|---|---|---|---|---|---|"]
-        for c in paired:
-            lo, hi = c.ci95
-            lines.append(f"| {c.a} vs {c.b} | {c.eval_env} | {c.pairs} | {c.a_only} | "
-                         f"{c.b_only} | {c.diff:+.1%} | {lo:+.1%} to {hi:+.1%} | "
-                         f"{c.p_value:.3g} |")
-    if unpaired:
-        lines += ["", "## Unpaired comparisons (no evaluated env id in common)",
-                  "", "| a vs b | a evaluated on | b evaluated on | a won/n | b won/n | a - b | "
-                  "95% CI (Newcombe) | Fisher p |", "|---|---|---|---|---|---|---|---|"]
-        for c in unpaired:
-            lo, hi = c.ci95
-            lines.append(f"| {c.a} vs {c.b} | {', '.join(c.a_envs)} | {', '.join(c.b_envs)} | "
-                         f"{c.a_won}/{c.a_n} | {c.b_won}/{c.b_n} | {c.diff:+.1%} | "
-                         f"{lo:+.1%} to {hi:+.1%} | {c.p_value:.3g} |")
+    for kind in (Paired, Unpaired):
+        group = [c for c in comparisons if isinstance(c, kind)]
+        if group:
+            lines += ["", f"## {kind.TITLE}", "", _md_row(kind.COLUMNS),
+                      _md_row(["---"] * len(kind.COLUMNS)), *(_md_row(c.cells()) for c in group)]
     if plots:
         lines += ["", "## Plots", ""] + [f"![{p.stem}]({p.as_posix()})" for p in plots]
     return "\n".join(lines) + "\n"
