@@ -75,11 +75,12 @@ def _xdist_group(item) -> str | None:
 
 
 def _long_work_first(items) -> None:
-    """Under pytest-xdist, hand out the long units first: a minute-long group that starts
-    last keeps one worker busy after the other has finished (the learning tests, a module
-    fixture of ~3 minutes, came last in collection order). Whole modules move, so a module's
-    fixtures are still built once: modules whose slow tests form one group (an xdist
-    group) first, then modules with slow tests, then the rest, each in collection order."""
+    """Under pytest-xdist, hand out the long units first, so that no minute-long group starts
+    last while the other worker runs out of work (the learning tests came last in collection
+    order). Measured once each, quiet: 842 s without, 829 s with (README "Tests"), so the
+    tail was not where the time went. Whole modules move, so a module's fixtures are still
+    built once: modules whose slow tests form one group (an xdist group) first, then modules
+    with slow tests, then the rest, each in collection order."""
     rank: dict[str, int] = {}
     for item in items:
         module = item.nodeid.split("::", 1)[0]
