@@ -128,3 +128,21 @@ def test_optimizer_step_benchmark_runs():
                       out.stdout)
     assert match and "loadavg" in out.stdout, out.stdout
     assert float(match.group(3)) < 1e-6
+
+
+def test_decode_matmuls_reduced(monkeypatch):
+    """`benchmarks/decode_matmuls.py` on the tiny model: every linear shape of a layer, the
+    LM head and the forward timed for each row count, every figure finite, the table
+    printed with the peak and the load average."""
+    r = _run("decode_matmuls.py")
+    assert [x["rows"] for x in r["rows"]] == [1, 4]
+    for x in r["rows"]:
+        assert x["linears"] and all(_finite(v["ms"]) and v["gflops"] > 0
+                                    for v in x["linears"].values())
+        for key in ("layers_ms", "head_ms", "matmuls_ms", "forward_ms", "step_flops"):
+            assert _finite(x[key]) and x[key] > 0
+    assert r["peak_gflops"] > 0 and r["load_before"] and r["load_after"]
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    text = importlib.import_module("decode_matmuls").report(r)
+    assert "matmul peak" in text and "loadavg" in text and "| 4 |" in text
+    assert not re.search(r"\bnan\b|\binf\b", text)
