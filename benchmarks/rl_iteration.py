@@ -143,10 +143,9 @@ class PassCounter:
         self.pending = None
         lengths = mask.sum(1).tolist() if mask is not None and mask.dim() == 2 else [t] * b
         starts, cache = [0] * b, kwargs.get("past_key_values")
-        if isinstance(cache, SharedPrefix):  # the rows' own tokens after their shared prefix
-            starts, lengths = cache.starts.tolist(), cache.lengths.tolist()
-            run_once = {(c, s) for c, s in zip(cache.cluster_of_row.tolist(), starts) if s}
-            self.totals.shared_tokens += sum(starts) - sum(s for _, s in run_once)
+        if isinstance(cache, SharedPrefix):  # a row's own tokens after its shared prefix
+            starts, lengths = [cache.start], [cache.length]
+            self.totals.shared_tokens += cache.saved
         mult = self._multiplier(module)
         self.totals.passes += 1
         self.totals.real_tokens += int(sum(lengths))

@@ -85,8 +85,8 @@ def test_rl_iteration_reduced(monkeypatch, capsys):
     (run,) = _run("rl_iteration.py", "--lora", "algo.kl_coef=0.05")["runs"]
     _check_rl_run(run)
     sc, up = run["score"], run["update"]
-    # 4 micro-batches of one group each: its shared first prompt, then the rows' own tokens
-    assert sc["passes"] == 2 * 4 and sc["head_tokens"] == up["agent_tokens"]
+    # 4 micro-batches of one group each: its shared first prompt, then each row's own tokens
+    assert sc["passes"] == (1 + 4) * 4 and sc["head_tokens"] == up["agent_tokens"]
     assert sc["real_tokens"] == up["real_tokens"]
     assert sc["shared_tokens"] == up["shared_tokens"] > 0
     assert up["tflop"] == pytest.approx(2 * sc["tflop"], rel=1e-9)
@@ -146,3 +146,16 @@ def test_decode_matmuls_reduced(monkeypatch):
     text = importlib.import_module("decode_matmuls").report(r)
     assert "matmul peak" in text and "loadavg" in text and "| 4 |" in text
     assert not re.search(r"\bnan\b|\binf\b", text)
+
+
+@pytest.mark.skipif(subprocess.run(["git", "-C", str(BENCHMARKS), "rev-parse", "HEAD"],
+                                   capture_output=True).returncode != 0,
+                    reason="update_ab.py reads its baseline from git")
+def test_update_ab_reduced():
+    """`benchmarks/update_ab.py` on the tiny model: one real batch, one update with the
+    baseline commit's forward pass and one with the working tree's, both timed."""
+    r = _run("update_ab.py")
+    assert r["rows"] > 0 and r["tokens"] > 0 and r["positions"] >= r["tokens"]
+    assert [len(v) for v in r["update_s"].values()] == [1, 1]
+    assert all(_finite(t) and t > 0 for v in r["update_s"].values() for t in v)
+    assert len(r["loadavg"]) == 2

@@ -125,3 +125,20 @@ def test_shared_prefix_gradients_equal_the_plain_ones(tiny_policy_factory):
     for name, g in g_plain.items():
         torch.testing.assert_close(g_shared[name], g, atol=1e-5, rtol=1e-3, msg=name)
     assert any(g.abs().sum() > 0 for g in g_plain.values())
+
+
+def test_rows_run_their_own_tokens_without_padding(tiny_policy_factory):
+    """After the shared prefixes, each row runs exactly its own real tokens: no padding
+    position and no other row's tokens are run."""
+    model = tiny_policy_factory(seed=1).model
+    ids, mask = _two_groups_and_a_stranger()
+    seen: list[tuple[int, ...]] = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda m, a, kw: seen.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    try:
+        decoder_hidden(model, ids, mask)
+    finally:
+        hook.remove()
+    lengths = mask.sum(1).tolist()
+    starts = {r: shared for rows, shared in prefix_clusters(ids, lengths) for r in rows}
+    assert seen == [(2, 60)] + [(1, n - starts[r]) for r, n in enumerate(lengths)]

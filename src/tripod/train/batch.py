@@ -271,27 +271,27 @@ def prefix_clusters(input_ids: Tensor, lengths: list[int]) -> list[tuple[list[in
 
 
 class SharedPrefixCache(Cache):
-    """Keys and values of the shared prefixes, seen by the rows of the next pass: `update`
-    returns each row's cluster's prefix (padded to the longest; the mask hides what is not
-    the row's) followed by the pass's own keys and values. It stores nothing, so a
-    recomputing backward pass gets the same answer."""
+    """The keys and values of one cluster's shared prefix, seen by one row's own tokens:
+    `update` returns the prefix followed by the pass's own keys and values. It stores
+    nothing, so a recomputing backward pass gets the same answer. `start`, `length` and
+    `saved` say what the pass runs (for counting work: benchmarks/rl_iteration.py)."""
 
-    def __init__(self, prefix: Cache, cluster_of_row: Tensor, starts: Tensor,
-                 lengths: Tensor) -> None:
+    def __init__(self, prefix: list[tuple[Tensor, Tensor]], start: int, length: int,
+                 saved: int) -> None:
         super().__init__(layers=[])
-        self.prefix = [(layer.keys, layer.values) for layer in prefix.layers]  # [C, H, L, D]
-        self.cluster_of_row = cluster_of_row
-        self.starts = starts
-        """[B] where each row's own tokens start (its cluster's shared length)."""
-        self.lengths = lengths
-        """[B] each row's real tokens after its prefix (for counting work)."""
+        self.prefix = prefix                                                # [1, H, L, D]
+        self.start = start
+        """Where the row's own tokens start (its cluster's shared length)."""
+        self.length = length
+        """The row's real tokens after its prefix."""
+        self.saved = saved
+        """Prefix tokens of the micro-batch that ran once instead of once per row (set on
+        the micro-batch's first row pass only, 0 on the others)."""
 
     def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int,
                *args, **kwargs) -> tuple[Tensor, Tensor]:
         keys, values = self.prefix[layer_idx]
-        rows = self.cluster_of_row
-        return (torch.cat([keys.index_select(0, rows), key_states], dim=2),
-                torch.cat([values.index_select(0, rows), value_states], dim=2))
+        return torch.cat([keys, key_states], dim=2), torch.cat([values, value_states], dim=2)
 
 
 def decoder_hidden(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
@@ -299,11 +299,12 @@ def decoder_hidden(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     LM, or its decoder stack as the critic's copy is).
 
     Rows that start with the same tokens (the episodes of a group share their first prompt,
-    and often their first actions) have that prefix run once (`prefix_clusters`); every row
-    then runs only its own tokens, attending to its cluster's keys and values. The result
-    equals the plain pass up to float rounding, with each prefix's arithmetic (forward and
-    backward) paid once instead of once per row; gradients reach the prefix through every
-    row that attends to it (tested in tests/train/test_shared_prefix.py).
+    and often their first actions) have that prefix run once (`prefix_clusters`); each row's
+    own tokens then run in a pass of their own, attending to its cluster's keys and values:
+    no padding, and attention only over the row's own context. The result equals the plain
+    pass up to float rounding, with each prefix's arithmetic (forward and backward) paid once
+    instead of once per row; gradients reach the prefix through every row that attends to it
+    (tested in tests/train/test_shared_prefix.py).
     """
     decoder = model.get_decoder()
     lengths = attention_mask.sum(dim=1).tolist()
@@ -332,39 +333,44 @@ def _shared_prefix_pass(decoder, input_ids: Tensor, lengths: list[int],
     head_mask = (torch.arange(span, device=device)[None] < spans[:, None]).long()
     head = decoder(input_ids=heads, use_cache=True,
                    attention_mask=head_mask if bool((spans < span).any()) else None)
-    own = [n - s for n, s in zip(lengths, starts)]
-    width = max(own)
-    tails = torch.zeros(rows, width, dtype=input_ids.dtype, device=device)
-    for r in range(rows):
-        tails[r, :own[r]] = input_ids[r, starts[r]:lengths[r]]
-    start_t = torch.tensor(starts, device=device)
-    positions = start_t[:, None] + torch.arange(width, device=device)[None]  # [B, W]
-    dtype = head.last_hidden_state.dtype
-    row_cluster = torch.tensor(cluster_of_row, device=device)
-    tail = decoder(input_ids=tails, position_ids=positions,
-                   past_key_values=SharedPrefixCache(head.past_key_values, row_cluster,
-                                                     start_t, torch.tensor(own)),
-                   attention_mask=_tail_mask(start_t, span, width, dtype),
-                   use_cache=True).last_hidden_state                          # [B, W, H]
-    both = torch.cat([head.last_hidden_state.index_select(0, row_cluster), tail], dim=1)
+    layers = head.past_key_values.layers
+    saved = sum(shared * (len(members) - 1) for members, shared in clusters)
+    tails = []
+    for r in range(rows):  # each row's own tokens alone: no padding, no foreign keys
+        c, start = cluster_of_row[r], starts[r]
+        ids = input_ids[r:r + 1, start:lengths[r]]                                # [1, n]
+        if start == 0:
+            tails.append(decoder(input_ids=ids).last_hidden_state[0])
+            continue
+        prefix = [(layer.keys[c:c + 1, :, :start], layer.values[c:c + 1, :, :start])
+                  for layer in layers]
+        cache = SharedPrefixCache(prefix, start, ids.shape[1], saved)
+        saved = 0
+        positions = torch.arange(start, lengths[r], device=device)[None]          # [1, n]
+        tails.append(decoder(input_ids=ids, position_ids=positions, past_key_values=cache,
+                             attention_mask=_tail_mask(start, ids.shape[1],
+                                                       head.last_hidden_state.dtype, device),
+                             use_cache=True).last_hidden_state[0])              # [n, H]
+    both = torch.cat([head.last_hidden_state.flatten(0, 1), *tails])  # [C*span + S, H]
     # position p of row r: its cluster's prefix below starts[r], else its own token p - start
-    t = input_ids.shape[1]
-    p = torch.arange(t, device=device)[None]                                  # [1, T]
-    index = torch.where(p < start_t[:, None], p, span + p - start_t[:, None])
-    index = index.clamp(max=span + width - 1)            # padding positions: any real index
-    return both.gather(1, index[:, :, None].expand(-1, -1, both.shape[-1]))
+    own = torch.tensor([n - s for n, s in zip(lengths, starts)], device=device)
+    offsets = torch.cat([own.new_zeros(1), own.cumsum(0)[:-1]])                 # [B]
+    start_t = torch.tensor(starts, device=device)
+    row_cluster = torch.tensor(cluster_of_row, device=device)
+    p = torch.arange(input_ids.shape[1], device=device)[None]                 # [1, T]
+    index = torch.where(p < start_t[:, None], row_cluster[:, None] * span + p,
+                        len(clusters) * span + offsets[:, None]
+                        + (p - start_t[:, None]).clamp(max=own[:, None] - 1))
+    return both[index]                           # padding positions: a real token's state
 
 
-def _tail_mask(starts: Tensor, span: int, width: int, dtype: torch.dtype) -> Tensor:
-    """Additive mask [B, 1, W, span + W]: a row's query q sees its cluster's first starts[r]
-    prefix keys and its own keys 0..q."""
-    prefix_keys = torch.arange(span, device=starts.device)[None, None, :] < starts[:, None, None]
-    own = torch.arange(width, device=starts.device)
-    causal = own[None, :] <= own[:, None]                                      # [W, W]
-    allowed = torch.cat([prefix_keys.expand(-1, width, -1),
-                         causal[None].expand(starts.shape[0], -1, -1)], dim=2)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=starts.device)
-    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[:, None]
+def _tail_mask(start: int, n: int, dtype: torch.dtype, device) -> Tensor:
+    """Additive mask [1, 1, n, start + n]: every prefix key, then causal over the row's own."""
+    own = torch.arange(n, device=device)
+    allowed = torch.cat([torch.ones(n, start, dtype=torch.bool, device=device),
+                         own[None, :] <= own[:, None]], dim=1)
+    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
+    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
 
 
 def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
