@@ -4,6 +4,7 @@ resume, the LoRA reference, env errors inside groups, and the rollout metrics.""
 from __future__ import annotations
 
 import copy
+import math
 
 import pytest
 import torch
@@ -77,6 +78,32 @@ def test_micro_batch_accumulation_equivalence(tmp_path, tiny_policy_factory, est
     assert not torch.equal(results[0], _params(tiny_policy_factory(seed=1).model))
     start = _params(tiny_policy_factory(seed=1).model)
     torch.testing.assert_close(results[0] - start, results[1] - start, rtol=1e-4, atol=1e-7)
+
+
+def test_copied_critic_runs_after_the_actor_backward(tmp_path, tiny_policy_factory):
+    """PPO with a copied critic: each micro-batch's actor backward has run (its graph freed)
+    before the critic's forward builds its own graph, so the two models' activations are
+    never held at once; the critic still trains, and its value loss is reported."""
+    cfg = _cfg(tmp_path, "algo.estimator=gae", "algo.critic=copy", "algo.minibatch_size=4",
+               "algo.micro_batch_size=2")
+    learner = build_learner(cfg, tiny_policy_factory(seed=1))
+    batch = _batch(learner)
+    policy_params = [p for p in learner.policy.model.parameters() if p.requires_grad]
+    seen: list[bool] = []
+
+    def before_critic(module, args):
+        seen.append(all(p.grad is not None for p in policy_params))
+
+    hook = learner.critic.register_forward_pre_hook(before_critic)
+    critic_before = torch.cat([p.detach().flatten() for p in learner.critic.parameters()])
+    try:
+        stats = update(learner, batch, iteration=0)
+    finally:
+        hook.remove()
+    assert seen == [True, True]                       # two micro-batches, actor first in each
+    critic_after = torch.cat([p.detach().flatten() for p in learner.critic.parameters()])
+    assert not torch.equal(critic_before, critic_after)
+    assert "value_loss" in stats and math.isfinite(stats["value_loss"])
 
 
 def test_trainer_logprobs_are_recorded_at_update_time(tmp_path, tiny_policy_factory):

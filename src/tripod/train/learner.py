@@ -296,12 +296,10 @@ def _values(learner: Learner, mb: TrainBatch, hidden: Tensor | None = None) -> T
 # -- update ----------------------------------------------------------------------------------
 @dataclass
 class MicroLoss:
-    """One micro-batch's losses, or the reason it must not be applied."""
+    """One micro-batch's actor loss, or the reason it must not be applied."""
 
     loss: Tensor
     """Actor loss (+ shared value loss), divided by the whole minibatch's normaliser."""
-    critic_loss: Tensor | None
-    """The copied critic's own loss (None without one, or with a shared critic)."""
     stats: dict[str, float]
     problem: str | None = None
     """A key of `LIKELY_CAUSE` when a value is not finite (the step is then skipped)."""
@@ -314,7 +312,7 @@ def _finite_on(x: Tensor, mask: Tensor) -> bool:
 
 
 def micro_loss(learner: Learner, mb: TrainBatch, norm: float) -> MicroLoss:
-    """Actor loss (+ shared value loss) and, for a copied critic, its own loss."""
+    """Actor loss (+ shared value loss). A copied critic's loss is `critic_micro_loss`."""
     cfg, algo = learner.cfg, learner.cfg.algo
     mask = mb.loss_mask
     logp, entropy, hidden = token_logprobs(
@@ -331,27 +329,31 @@ def micro_loss(learner: Learner, mb: TrainBatch, norm: float) -> MicroLoss:
         stats["kl"] = float(aggregate(kl.detach(), mask, "token_mean"))
         if algo.kl_in == "loss":
             loss = loss + algo.kl_coef * aggregate(kl, mask, algo.loss_agg, norm)
-    critic_loss = None
-    if learner.critic is not None:
+    if learner.critic is not None and learner.shared_critic:
         vl = aggregate(value_loss(_values(learner, mb, hidden), mb.old_values, mb.returns,
                                   mask, algo.value_clip), mask, algo.loss_agg, norm)
         stats["value_loss"] = float(vl.detach())
-        if learner.shared_critic:
-            loss = loss + algo.vf_coef * vl
-        else:
-            critic_loss = vl
-    return MicroLoss(loss, critic_loss, stats, _problem(logp, mb, loss, critic_loss),
-                     logp.detach())
+        loss = loss + algo.vf_coef * vl
+    return MicroLoss(loss, stats, _problem(logp, mb, loss), logp.detach())
 
 
-def _problem(logp: Tensor, mb: TrainBatch, loss: Tensor, critic_loss: Tensor | None) -> str | None:
+def critic_micro_loss(learner: Learner, mb: TrainBatch, norm: float) -> Tensor:
+    """A copied critic's value loss on a micro-batch. Its graph is separate from the actor's,
+    so `minibatch_step` builds it after the actor's backward: the two models' activations
+    are never held at once (with long multi-turn rows they are most of the memory)."""
+    algo = learner.cfg.algo
+    return aggregate(value_loss(_values(learner, mb), mb.old_values, mb.returns,
+                                mb.loss_mask, algo.value_clip), mb.loss_mask, algo.loss_agg,
+                     norm)
+
+
+def _problem(logp: Tensor, mb: TrainBatch, loss: Tensor) -> str | None:
     """The first non-finite quantity, in causal order (logits -> advantages -> loss)."""
     if not _finite_on(logp, mb.loss_mask):
         return "logits"
     if not _finite_on(mb.advantages, mb.loss_mask):
         return "advantages"
-    total = loss + (critic_loss if critic_loss is not None else 0.0)
-    return None if torch.isfinite(total) else "loss"
+    return None if torch.isfinite(loss) else "loss"
 
 
 def minibatch_step(learner: Learner, mb: TrainBatch
@@ -374,8 +376,15 @@ def minibatch_step(learner: Learner, mb: TrainBatch
             reason = reason or out.problem
             if not learner.parallel.fsdp:  # FSDP ranks must run every pass (lockstep)
                 break
-        (weight * (out.loss + (out.critic_loss if out.critic_loss is not None else 0.0))
-         ).backward()
+        (weight * out.loss).backward()
+        if learner.critic is not None and not learner.shared_critic:
+            vl = critic_micro_loss(learner, micro, norm)
+            out.stats["value_loss"] = float(vl.detach())
+            if not torch.isfinite(vl):
+                reason = reason or "loss"
+                if not learner.parallel.fsdp:
+                    break
+            (weight * vl).backward()
         for k, v in out.stats.items():
             if weight:
                 stats.setdefault(k, []).append(v)
