@@ -143,24 +143,3 @@ def test_rows_run_their_own_tokens_without_padding(tiny_policy_factory):
     starts = {r: shared for rows, shared in prefix_clusters(ids, lengths) for r in rows}
     assert seen == [(2, 60)] + [(1, n - starts[r]) for r, n in enumerate(lengths)]
 
-
-def test_rows_sharing_nothing_run_one_by_one_only_when_their_lengths_differ(
-        tiny_policy_factory):
-    """No shared prefix: rows of different lengths run alone over their real tokens (same
-    states as the padded pass), rows of one length in a single pass."""
-    model = tiny_policy_factory(seed=1).model
-    ids, mask = _rows([50, 35, 44], prefix=0)
-    seen: list[tuple[int, ...]] = []
-    hook = model.get_decoder().register_forward_pre_hook(
-        lambda m, a, kw: seen.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
-    try:
-        alone = decoder_hidden(model, ids, mask)
-        assert seen == [(1, 50), (1, 35), (1, 44)]
-        seen.clear()
-        decoder_hidden(model, ids[:, :30], mask[:, :30])
-        assert seen == [(3, 30)]
-    finally:
-        hook.remove()
-    padded = model.get_decoder()(input_ids=ids, attention_mask=mask).last_hidden_state
-    real = mask.bool()
-    torch.testing.assert_close(alone[real], padded[real], atol=2e-5, rtol=1e-4)

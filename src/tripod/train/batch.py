@@ -301,8 +301,8 @@ def decoder_hidden(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     Rows that start with the same tokens (the episodes of a group share their first prompt,
     and often their first actions) have that prefix run once (`prefix_clusters`); each row's
     own tokens then run in a pass of their own, attending to its cluster's keys and values:
-    no padding, and attention only over the row's own context. Rows that share nothing
-    run one by one too when their lengths differ (no padding), in one pass when they don't. The result equals the plain
+    no padding, and attention only over the row's own context. Rows that share nothing run
+    in one padded pass (running them one by one measured no faster: docs/performance.md). The result equals the plain
     pass up to float rounding, with each prefix's arithmetic (forward and backward) paid once
     instead of once per row; gradients reach the prefix through every row that attends to it
     (tested in tests/train/test_shared_prefix.py).
@@ -312,23 +312,10 @@ def decoder_hidden(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     checkpointed = model.training and getattr(model, "is_activation_checkpointing", False)
     clusters = [] if checkpointed else [c for c in prefix_clusters(input_ids, lengths)
                                         if len(c[0]) > 1]
-    if clusters:  # (checkpointed layers keep no cache: their rows run without one)
-        return _shared_prefix_pass(decoder, input_ids, lengths, clusters)
-    mask = decoder_mask(attention_mask)
-    if mask is None and len(set(lengths)) > 1:  # right-padded rows of different lengths
-        return _row_passes(decoder, input_ids, lengths)
-    return decoder(input_ids=input_ids, attention_mask=mask).last_hidden_state
-
-
-def _row_passes(decoder, input_ids: Tensor, lengths: list[int]) -> Tensor:
-    """Each right-padded row run alone over its real tokens (no padding arithmetic);
-    [B, T, H], padding positions holding a real token's state as in `_shared_prefix_pass`."""
-    both = torch.cat([decoder(input_ids=input_ids[r:r + 1, :n]).last_hidden_state[0]
-                      for r, n in enumerate(lengths)])                         # [S, H]
-    n = torch.tensor(lengths, device=input_ids.device)
-    offsets = torch.cat([n.new_zeros(1), n.cumsum(0)[:-1]])                    # [B]
-    p = torch.arange(input_ids.shape[1], device=input_ids.device)[None]       # [1, T]
-    return both[offsets[:, None] + p.clamp(max=n[:, None] - 1)]
+    if not clusters:  # (checkpointed layers keep no cache)
+        return decoder(input_ids=input_ids,
+                       attention_mask=decoder_mask(attention_mask)).last_hidden_state
+    return _shared_prefix_pass(decoder, input_ids, lengths, clusters)
 
 
 def _shared_prefix_pass(decoder, input_ids: Tensor, lengths: list[int],
