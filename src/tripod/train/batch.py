@@ -302,10 +302,10 @@ def decoder_hidden(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     and often their first actions) have that prefix run once (`prefix_clusters`); each row's
     own tokens then run in a pass of their own, attending to its cluster's keys and values:
     no padding, and attention only over the row's own context. Rows that share nothing run
-    in one padded pass (running them one by one measured no faster: docs/performance.md). The result equals the plain
-    pass up to float rounding, with each prefix's arithmetic (forward and backward) paid once
-    instead of once per row; gradients reach the prefix through every row that attends to it
-    (tested in tests/train/test_shared_prefix.py).
+    in one padded pass (one by one measured no faster: docs/performance.md). The result
+    equals the plain pass up to float rounding, with each prefix's arithmetic (forward and
+    backward) paid once instead of once per row; gradients reach the prefix through every
+    row that attends to it (tested in tests/train/test_shared_prefix.py).
     """
     decoder = model.get_decoder()
     lengths = attention_mask.sum(dim=1).tolist()

@@ -330,19 +330,20 @@ def micro_loss(learner: Learner, mb: TrainBatch, norm: float) -> MicroLoss:
         if algo.kl_in == "loss":
             loss = loss + algo.kl_coef * aggregate(kl, mask, algo.loss_agg, norm)
     if learner.critic is not None and learner.shared_critic:
-        vl = aggregate(value_loss(_values(learner, mb, hidden), mb.old_values, mb.returns,
-                                  mask, algo.value_clip), mask, algo.loss_agg, norm)
+        vl = critic_micro_loss(learner, mb, norm, hidden)
         stats["value_loss"] = float(vl.detach())
         loss = loss + algo.vf_coef * vl
     return MicroLoss(loss, stats, _problem(logp, mb, loss), logp.detach())
 
 
-def critic_micro_loss(learner: Learner, mb: TrainBatch, norm: float) -> Tensor:
-    """A copied critic's value loss on a micro-batch. Its graph is separate from the actor's,
-    so `minibatch_step` builds it after the actor's backward: the two models' activations
-    are never held at once (with long multi-turn rows they are most of the memory)."""
+def critic_micro_loss(learner: Learner, mb: TrainBatch, norm: float,
+                      hidden: Tensor | None = None) -> Tensor:
+    """The value loss on a micro-batch (a shared critic reads the actor's `hidden`). A
+    copied critic's graph is separate from the actor's, so `minibatch_step` builds it after
+    the actor's backward: the two models' activations are never held at once (with long
+    multi-turn rows they are most of the memory)."""
     algo = learner.cfg.algo
-    return aggregate(value_loss(_values(learner, mb), mb.old_values, mb.returns,
+    return aggregate(value_loss(_values(learner, mb, hidden), mb.old_values, mb.returns,
                                 mb.loss_mask, algo.value_clip), mb.loss_mask, algo.loss_agg,
                      norm)
 
