@@ -70,10 +70,10 @@ from tripod.envs.pool import EnvPool
 from tripod.envs.registry import family_of
 from tripod.policy.rollout import make_jobs
 from tripod.train import batch as batch_module
-from tripod.train.batch import SharedPrefixCache as SharedPrefix
 from tripod.train.batch import TrainBatch
 from tripod.train.common import rollout_config, sampling_params, seed_everything
 from tripod.train.learner import Learner, build_learner, score, update
+from tripod.train.packed import KWARG as PACKING
 from tripod.train.rl import advantage, collect, iteration_games, make_batch
 
 PHASES = ("collect", "batch", "score", "advantage", "update")
@@ -135,17 +135,21 @@ class PassCounter:
 
     def _decoder(self, module, args, kwargs) -> None:
         ids, mask = kwargs.get("input_ids"), kwargs.get("attention_mask")
-        if ids is None:
-            return
+        if ids is None:  # a packed pass is given its embeddings
+            ids = kwargs.get("inputs_embeds")
+            if ids is None:
+                return
+            ids = ids[..., 0]
         b, t = ids.shape
         if mask is None and self.pending is not None and self.pending.shape == ids.shape:
             mask = self.pending
         self.pending = None
         lengths = mask.sum(1).tolist() if mask is not None and mask.dim() == 2 else [t] * b
-        starts, cache = [0] * b, kwargs.get("past_key_values")
-        if isinstance(cache, SharedPrefix):  # a row's own tokens after its shared prefix
-            starts, lengths = [cache.start], [cache.length]
-            self.totals.shared_tokens += cache.saved
+        starts, packing = [0] * b, kwargs.get(PACKING)
+        if packing is not None:  # shared prefixes and rows' own tokens packed end to end
+            starts = [seg.position for seg in packing.segments]
+            lengths = [seg.length for seg in packing.segments]
+            self.totals.shared_tokens += packing.saved
         mult = self._multiplier(module)
         self.totals.passes += 1
         self.totals.real_tokens += int(sum(lengths))

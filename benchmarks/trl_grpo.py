@@ -147,6 +147,8 @@ class Side:
     peak_rss_mb: float = 0.0
     settings: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Settings the framework resolved itself (precision, checkpointing, optimizer)."""
+    phases_s: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    """tripod only: each timed iteration's rollout and training time (the rest of it)."""
 
     @property
     def median_s(self) -> float:
@@ -219,6 +221,7 @@ def run_tripod(args: argparse.Namespace, cfg: TrainConfig) -> Side:
                 start = time.perf_counter()
                 losses.sums.append(0.0)
                 trajs, _ = collect(engine, cfg, it)
+                rollout_s = time.perf_counter() - start
                 batch, _ = make_batch(trajs, cfg, policy.pad_token_id)
                 batch = score(learner, batch)
                 advantage(batch, cfg.algo)
@@ -231,6 +234,9 @@ def run_tripod(args: argparse.Namespace, cfg: TrainConfig) -> Side:
                 side.sequence_tokens.append(sum(len(u.prompt_ids) + len(u.action_ids)
                                                 for u in turns))
                 _record_time(side, it, seconds)
+                if it > 0:
+                    side.phases_s.setdefault("rollout", []).append(rollout_s)
+                    side.phases_s.setdefault("train", []).append(seconds - rollout_s)
             side.losses = losses.sums
     finally:
         pool.close()
@@ -355,6 +361,8 @@ def _print(report: dict[str, Any]) -> None:
               f"{s['max_abs_change']:.2e}), threads {s['torch_threads']}, peak RSS "
               f"{s['peak_rss_mb']:.0f} MB, load {s['loadavg_before'][0]} -> "
               f"{s['loadavg_after'][0]}; {s['settings']}")
+        for phase, times in s["phases_s"].items():
+            print(f"         {phase}: {', '.join(f'{x:.2f}' for x in times)} s")
     print(f"tripod / trl wall time per iteration: x{report['ratio_tripod_over_trl']:.2f}")
     print(f"memory: ru_maxrss {report['ru_maxrss_mb']:.0f} MB (whole process)")
     print("checks: " + ("ok (both losses finite, both models changed)" if not report["problems"]

@@ -19,6 +19,7 @@ from tripod.train.batch import (
     prefix_clusters,
     token_logprobs,
 )
+from tripod.train.packed import KWARG
 
 
 def _rows(lengths: list[int], prefix: int, vocab: int = 1000, seed: int = 0):
@@ -77,12 +78,24 @@ def _plain(model, ids, mask):
         batch_module.MIN_SHARED_PREFIX = old
 
 
-@pytest.mark.parametrize("lengths, prefix", [([80, 64, 96, 70], 48), ([90, 90], 90),
-                                             ([120, 40], 39), (None, None), ("stranger", None)])
+def _strangers(seed: int = 0):
+    """Two games of two rows each, and two rows of similar length that share nothing."""
+    ids, mask = _rows([90, 86, 84, 88, 70, 72], prefix=40, seed=seed)
+    ids[2:4, :40] = ids[0, :40] + 1                           # the second game's own prompt
+    ids[4, 0], ids[5, 0] = 1, 2                               # strangers
+    return ids, mask
+
+
+@pytest.mark.parametrize("lengths, prefix", [
+    ([80, 64, 96, 70], 48), ([90, 90], 90), ([120, 40], 39), ([80, 82, 84, 70], 48),
+    (None, None), ("stranger", None), ("strangers", None)])
 def test_shared_prefix_pass_equals_the_plain_one(tiny_policy_factory, lengths, prefix):
-    """One cluster; two clusters of different prefix lengths; two and a row alone."""
+    """One cluster; rows of similar length in one own-token pass; two clusters of different
+    prefix lengths; two and a row alone; rows alone that run together."""
     model = tiny_policy_factory(seed=1).model
-    if lengths is None or lengths == "stranger":
+    if lengths == "strangers":
+        ids, mask = _strangers()
+    elif lengths is None or lengths == "stranger":
         ids, mask = _two_groups_and_a_stranger()
         if lengths == "stranger":
             ids[5, 0] += 1
@@ -97,14 +110,17 @@ def test_shared_prefix_pass_equals_the_plain_one(tiny_policy_factory, lengths, p
     torch.testing.assert_close(shared[real], plain[real], atol=2e-5, rtol=1e-4)
 
 
-def test_shared_prefix_gradients_equal_the_plain_ones(tiny_policy_factory):
+@pytest.mark.parametrize("rows", [_two_groups_and_a_stranger, _strangers])
+def test_shared_prefix_gradients_equal_the_plain_ones(tiny_policy_factory, rows):
     """Logprobs and every parameter's gradient of a loss on each row's tokens after the
-    prefix and inside it (agent tokens can sit in a shared prefix: equal first actions)."""
+    prefix and inside it (agent tokens can sit in a shared prefix: equal first actions);
+    rows run one by one and rows run together in padded own-token passes."""
     model = tiny_policy_factory(seed=2).model
-    ids, mask = _two_groups_and_a_stranger(seed=3)
-    ids[5, 0] += 1
+    ids, mask = rows(seed=3)
+    if rows is _two_groups_and_a_stranger:
+        ids[5, 0] += 1
     loss_mask = mask.clone().float()
-    loss_mask[:, :40] = 0                                     # the loss starts inside the prefix
+    loss_mask[:, :38] = 0                                     # the loss starts inside the prefix
     weights = torch.linspace(-1.0, 1.0, 6)[:, None]           # a different advantage per row
 
     def grads(shared: bool):
@@ -127,19 +143,48 @@ def test_shared_prefix_gradients_equal_the_plain_ones(tiny_policy_factory):
     assert any(g.abs().sum() > 0 for g in g_plain.values())
 
 
-def test_rows_run_their_own_tokens_without_padding(tiny_policy_factory):
-    """After the shared prefixes, each row runs exactly its own real tokens: no padding
-    position and no other row's tokens are run."""
+def test_a_micro_batch_runs_in_one_packed_pass(tiny_policy_factory):
+    """Each shared prefix once, then each row's own real tokens, end to end in one pass: no
+    padding position and no token twice; each segment keeps its unpacked positions."""
     model = tiny_policy_factory(seed=1).model
     ids, mask = _two_groups_and_a_stranger()
-    seen: list[tuple[int, ...]] = []
-    hook = model.get_decoder().register_forward_pre_hook(
-        lambda m, a, kw: seen.append(tuple(kw["input_ids"].shape)), with_kwargs=True)
+    ids[5, 0] += 1
+    seen = []
+
+    def note(module, args, kwargs):
+        packing = kwargs[KWARG]
+        seen.append((tuple(kwargs["inputs_embeds"].shape[:2]), kwargs["position_ids"],
+                     [(s.start, s.length, s.position, s.prefix and s.prefix.start)
+                      for s in packing.segments], packing.saved))
+
+    hook = model.get_decoder().register_forward_pre_hook(note, with_kwargs=True)
     try:
         decoder_hidden(model, ids, mask)
     finally:
         hook.remove()
-    lengths = mask.sum(1).tolist()
-    starts = {r: shared for rows, shared in prefix_clusters(ids, lengths) for r in rows}
-    assert seen == [(2, 60)] + [(1, n - starts[r]) for r, n in enumerate(lengths)]
+    # rows 90, 75, 100 share 60 tokens; rows 70, 82 share 45; row 66 shares nothing
+    assert seen[0][2] == [(0, 60, 0, None), (60, 30, 60, 0), (90, 15, 60, 0), (105, 40, 60, 0),
+                          (145, 45, 0, None), (190, 25, 45, 145), (215, 37, 45, 145),
+                          (252, 66, 0, None)]
+    assert len(seen) == 1 and seen[0][0] == (1, 318) == (1, int(mask.sum()) - 2 * 60 - 45)
+    assert seen[0][3] == 2 * 60 + 45
+    expected = torch.cat([torch.arange(0, 60), torch.arange(60, 90), torch.arange(60, 75),
+                          torch.arange(60, 100), torch.arange(0, 45), torch.arange(45, 70),
+                          torch.arange(45, 82), torch.arange(0, 66)])
+    assert torch.equal(seen[0][1][0], expected)
 
+
+def test_packing_falls_back_to_whole_rows_without_sdpa(tiny_policy_factory, monkeypatch):
+    """A model whose attention is not `sdpa` never sees the packing (its attention would
+    ignore it): its rows run whole."""
+    model = tiny_policy_factory(seed=1).model
+    ids, mask = _two_groups_and_a_stranger()
+    monkeypatch.setattr(model.get_decoder().config, "_attn_implementation", "eager")
+    seen = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda m, a, kw: seen.append(KWARG in kw), with_kwargs=True)
+    try:
+        hidden = decoder_hidden(model, ids, mask)
+    finally:
+        hook.remove()
+    assert seen == [False] and hidden.shape == (*ids.shape, model.config.hidden_size)

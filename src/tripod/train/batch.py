@@ -13,10 +13,10 @@ from dataclasses import dataclass, fields
 
 import torch
 from torch import Tensor
-from transformers.cache_utils import Cache
 
 from tripod.algos.losses import entropy_from_logits
 from tripod.core.types import Trajectory, TurnStatus
+from tripod.train import packed
 
 
 @dataclass
@@ -270,108 +270,88 @@ def prefix_clusters(input_ids: Tensor, lengths: list[int]) -> list[tuple[list[in
     return clusters
 
 
-class SharedPrefixCache(Cache):
-    """The keys and values of one cluster's shared prefix, seen by one row's own tokens:
-    `update` returns the prefix followed by the pass's own keys and values. It stores
-    nothing, so a recomputing backward pass gets the same answer. `start`, `length` and
-    `saved` say what the pass runs (for counting work: benchmarks/rl_iteration.py)."""
-
-    def __init__(self, prefix: list[tuple[Tensor, Tensor]], start: int, length: int,
-                 saved: int) -> None:
-        super().__init__(layers=[])
-        self.prefix = prefix                                                # [1, H, L, D]
-        self.start = start
-        """Where the row's own tokens start (its cluster's shared length)."""
-        self.length = length
-        """The row's real tokens after its prefix."""
-        self.saved = saved
-        """Prefix tokens of the micro-batch that ran once instead of once per row (set on
-        the micro-batch's first row pass only, 0 on the others)."""
-
-    def update(self, key_states: Tensor, value_states: Tensor, layer_idx: int,
-               *args, **kwargs) -> tuple[Tensor, Tensor]:
-        keys, values = self.prefix[layer_idx]
-        return torch.cat([keys, key_states], dim=2), torch.cat([values, value_states], dim=2)
-
-
 def decoder_hidden(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     """The decoder's last hidden states [B, T, H] for right-padded rows (`model`: a causal
     LM, or its decoder stack as the critic's copy is).
 
     Rows that start with the same tokens (the episodes of a group share their first prompt,
-    and often their first actions) have that prefix run once (`prefix_clusters`); each row's
-    own tokens then run in a pass of their own, attending to its cluster's keys and values:
-    no padding, and attention only over the row's own context. Rows that share nothing run
-    in one padded pass (one by one measured no faster: docs/performance.md). The result
-    equals the plain pass up to float rounding, with each prefix's arithmetic (forward and
+    and often their first actions) have that prefix run once (`prefix_clusters`), in one
+    forward pass with every row's own tokens (`_packed_pass`): no padding, attention only
+    over each row's own context, and one weight gradient per micro-batch. The result equals
+    the plain pass up to float rounding, with each prefix's arithmetic (forward and
     backward) paid once instead of once per row; gradients reach the prefix through every
-    row that attends to it (tested in tests/train/test_shared_prefix.py).
+    row that attends to it (tests/train/test_shared_prefix.py). When no rows share a prefix,
+    or the model's attention is not `sdpa`, or layers are checkpointed (a recomputing
+    backward pass keeps no packing), the rows run whole in one padded pass (running rows
+    that share nothing one by one measured no faster: docs/performance.md).
     """
     decoder = model.get_decoder()
     lengths = attention_mask.sum(dim=1).tolist()
     checkpointed = model.training and getattr(model, "is_activation_checkpointing", False)
-    clusters = [] if checkpointed else [c for c in prefix_clusters(input_ids, lengths)
-                                        if len(c[0]) > 1]
-    if not clusters:  # (checkpointed layers keep no cache)
+    shares = not checkpointed and packed.supports_packing(decoder)
+    clusters = [c for c in prefix_clusters(input_ids, lengths) if len(c[0]) > 1] if shares else []
+    if not clusters:
         return decoder(input_ids=input_ids,
                        attention_mask=decoder_mask(attention_mask)).last_hidden_state
-    return _shared_prefix_pass(decoder, input_ids, lengths, clusters)
+    return _packed_pass(model, decoder, input_ids, lengths, clusters)
 
 
-def _shared_prefix_pass(decoder, input_ids: Tensor, lengths: list[int],
-                        clusters: list[tuple[list[int], int]]) -> Tensor:
+def _packed_pass(model, decoder, input_ids: Tensor, lengths: list[int],
+                 clusters: list[tuple[list[int], int]]) -> Tensor:
+    """The micro-batch as one packed sequence (`train.packed`): each cluster's prefix once,
+    then its rows' own tokens; rows sharing nothing whole. Returns [B, T, H] like the plain
+    pass (a padding position gets its row's last real token's state)."""
     device, rows = input_ids.device, len(lengths)
-    span = max(shared for _, shared in clusters)
-    heads = torch.zeros(len(clusters), span, dtype=input_ids.dtype, device=device)
-    cluster_of_row, starts = [0] * rows, [0] * rows       # a row alone: no prefix keys
-    for c, (members, shared) in enumerate(clusters):
-        heads[c, :shared] = input_ids[members[0], :shared]
+    packing = packed.PackedSegments()
+    pieces: list[tuple[int, int, int]] = []                   # (row, from, to) in packed order
+    first = [0] * rows                # where row r's own segment starts in the packed sequence
+    prefix_at = [0] * rows            # where its prefix starts (if it has one)
+    starts = [0] * rows
+    clustered = {r for members, _ in clusters for r in members}
+    groups = clusters + [([r], 0) for r in range(rows) if r not in clustered]
+    for members, shared in groups:
+        prefix = None
+        if shared:
+            prefix = packing.add(shared)
+            pieces.append((members[0], 0, shared))
+            packing.saved += shared * (len(members) - 1)
         for r in members:
-            cluster_of_row[r], starts[r] = c, shared
-    spans = torch.tensor([shared for _, shared in clusters], device=device)
-    # right-padded, so no mask is needed; one is passed when the prefixes differ in length
-    # only so that the pass says which tokens are real (the benchmarks count them)
-    head_mask = (torch.arange(span, device=device)[None] < spans[:, None]).long()
-    head = decoder(input_ids=heads, use_cache=True,
-                   attention_mask=head_mask if bool((spans < span).any()) else None)
-    layers = head.past_key_values.layers
-    saved = sum(shared * (len(members) - 1) for members, shared in clusters)
-    tails = []
-    for r in range(rows):  # each row's own tokens alone: no padding, no foreign keys
-        c, start = cluster_of_row[r], starts[r]
-        ids = input_ids[r:r + 1, start:lengths[r]]                                # [1, n]
-        if start == 0:
-            tails.append(decoder(input_ids=ids).last_hidden_state[0])
-            continue
-        prefix = [(layer.keys[c:c + 1, :, :start], layer.values[c:c + 1, :, :start])
-                  for layer in layers]
-        cache = SharedPrefixCache(prefix, start, ids.shape[1], saved)
-        saved = 0
-        positions = torch.arange(start, lengths[r], device=device)[None]          # [1, n]
-        tails.append(decoder(input_ids=ids, position_ids=positions, past_key_values=cache,
-                             attention_mask=_tail_mask(start, ids.shape[1],
-                                                       head.last_hidden_state.dtype, device),
-                             use_cache=True).last_hidden_state[0])              # [n, H]
-    both = torch.cat([head.last_hidden_state.flatten(0, 1), *tails])  # [C*span + S, H]
-    # position p of row r: its cluster's prefix below starts[r], else its own token p - start
+            seg = packing.add(lengths[r] - shared, prefix)
+            pieces.append((r, shared, lengths[r]))
+            first[r], starts[r] = seg.start, shared
+            prefix_at[r] = prefix.start if prefix is not None else 0
+    flat = torch.cat([input_ids[r, a:b] for r, a, b in pieces])[None]             # [1, S]
+    hidden = decoder(inputs_embeds=_embed(model, flat), position_ids=packing.position_ids(device),
+                     attention_mask=torch.zeros(1, 1, 1, 1, device=device),  # see below
+                     **{packed.KWARG: packing}
+                     ).last_hidden_state[0]                                         # [S, H]
     own = torch.tensor([n - s for n, s in zip(lengths, starts)], device=device)
-    offsets = torch.cat([own.new_zeros(1), own.cumsum(0)[:-1]])                 # [B]
     start_t = torch.tensor(starts, device=device)
-    row_cluster = torch.tensor(cluster_of_row, device=device)
     p = torch.arange(input_ids.shape[1], device=device)[None]                 # [1, T]
-    index = torch.where(p < start_t[:, None], row_cluster[:, None] * span + p,
-                        len(clusters) * span + offsets[:, None]
+    index = torch.where(p < start_t[:, None],
+                        torch.tensor(prefix_at, device=device)[:, None] + p,
+                        torch.tensor(first, device=device)[:, None]
                         + (p - start_t[:, None]).clamp(max=own[:, None] - 1))
-    return both[index]                           # padding positions: a real token's state
+    return hidden[index]
 
 
-def _tail_mask(start: int, n: int, dtype: torch.dtype, device) -> Tensor:
-    """Additive mask [1, 1, n, start + n]: every prefix key, then causal over the row's own."""
-    own = torch.arange(n, device=device)
-    allowed = torch.cat([torch.ones(n, start, dtype=torch.bool, device=device),
-                         own[None, :] <= own[:, None]], dim=1)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
-    return mask.masked_fill_(~allowed, torch.finfo(dtype).min)[None, None]
+# (A 4D mask is passed through by transformers untouched, so no [S, S] mask is built for
+# the packed pass; the packed attention does not read it.)
+
+
+def _embed(model, input_ids: Tensor) -> Tensor:
+    """The input embeddings [B, T, H] of `input_ids`. When the embedding matrix is the LM
+    head's too (tied, as in SmolLM2), its gradient from the lookup is sparse (the rows of
+    the tokens seen) and autograd adds it into the head's dense gradient, instead of
+    materialising a zero-filled [vocab, hidden] matrix per micro-batch."""
+    embedding = model.get_input_embeddings()
+    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
+    tied = head is not None and getattr(head, "weight", None) is embedding.weight
+    if type(embedding) is torch.nn.Embedding and tied and torch.is_grad_enabled():
+        return torch.nn.functional.embedding(
+            input_ids, embedding.weight, embedding.padding_idx, embedding.max_norm,
+            embedding.norm_type, embedding.scale_grad_by_freq, sparse=True)
+    return embedding(input_ids)
 
 
 def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
