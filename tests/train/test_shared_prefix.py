@@ -12,6 +12,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from tripod.policy.models import use_checkpointing
 from tripod.train import batch as batch_module
 from tripod.train.batch import (
     MIN_SHARED_PREFIX,
@@ -110,18 +111,26 @@ def test_shared_prefix_pass_equals_the_plain_one(tiny_policy_factory, lengths, p
     torch.testing.assert_close(shared[real], plain[real], atol=2e-5, rtol=1e-4)
 
 
-@pytest.mark.parametrize("rows", [_two_groups_and_a_stranger, _strangers])
-def test_shared_prefix_gradients_equal_the_plain_ones(tiny_policy_factory, rows):
+@pytest.mark.parametrize("rows, checkpointing", [(_two_groups_and_a_stranger, False),
+                                                (_strangers, False),
+                                                (_two_groups_and_a_stranger, True)])
+def test_shared_prefix_gradients_equal_the_plain_ones(tiny_policy_factory, rows, checkpointing):
     """Logprobs and every parameter's gradient of a loss on each row's tokens after the
     prefix and inside it (agent tokens can sit in a shared prefix: equal first actions);
-    rows run one by one and rows run together in padded own-token passes."""
+    also with per-layer activation checkpointing, whose recomputation repacks the layer."""
     model = tiny_policy_factory(seed=2).model
+    use_checkpointing(model, checkpointing)
+    model.train()
     ids, mask = rows(seed=3)
     if rows is _two_groups_and_a_stranger:
         ids[5, 0] += 1
     loss_mask = mask.clone().float()
     loss_mask[:, :38] = 0                                     # the loss starts inside the prefix
     weights = torch.linspace(-1.0, 1.0, 6)[:, None]           # a different advantage per row
+
+    packed_calls = []
+    hook = model.get_decoder().register_forward_pre_hook(
+        lambda m, a, kw: packed_calls.append(KWARG in kw), with_kwargs=True)
 
     def grads(shared: bool):
         model.zero_grad()
@@ -134,8 +143,12 @@ def test_shared_prefix_gradients_equal_the_plain_ones(tiny_policy_factory, rows)
         (logp * weights * loss_mask).sum().backward()
         return logp.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
 
-    logp_plain, g_plain = grads(shared=False)
-    logp_shared, g_shared = grads(shared=True)
+    try:
+        logp_plain, g_plain = grads(shared=False)
+        logp_shared, g_shared = grads(shared=True)
+    finally:
+        hook.remove()
+    assert packed_calls == [False, True]
     torch.testing.assert_close(logp_shared, logp_plain, atol=2e-5, rtol=1e-4)
     assert g_plain.keys() == g_shared.keys()
     for name, g in g_plain.items():

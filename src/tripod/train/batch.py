@@ -280,15 +280,14 @@ def decoder_hidden(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
     over each row's own context, and one weight gradient per micro-batch. The result equals
     the plain pass up to float rounding, with each prefix's arithmetic (forward and
     backward) paid once instead of once per row; gradients reach the prefix through every
-    row that attends to it (tests/train/test_shared_prefix.py). When no rows share a prefix,
-    or the model's attention is not `sdpa`, or layers are checkpointed (a recomputing
-    backward pass keeps no packing), the rows run whole in one padded pass (running rows
+    row that attends to it (tests/train/test_shared_prefix.py; with activation checkpointing
+    too: each layer's recomputation gets the same packing). When no rows share a prefix or
+    the model's attention is not `sdpa`, the rows run whole in one padded pass (running rows
     that share nothing one by one measured no faster: docs/performance.md).
     """
     decoder = model.get_decoder()
     lengths = attention_mask.sum(dim=1).tolist()
-    checkpointed = model.training and getattr(model, "is_activation_checkpointing", False)
-    shares = not checkpointed and packed.supports_packing(decoder)
+    shares = packed.supports_packing(decoder)
     clusters = [c for c in prefix_clusters(input_ids, lengths) if len(c[0]) > 1] if shares else []
     if not clusters:
         return decoder(input_ids=input_ids,
