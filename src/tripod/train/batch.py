@@ -320,10 +320,11 @@ def _packed_pass(model, decoder, input_ids: Tensor, lengths: list[int],
             first[r], starts[r] = seg.start, shared
             prefix_at[r] = prefix.start if prefix is not None else 0
     flat = torch.cat([input_ids[r, a:b] for r, a, b in pieces])[None]             # [1, S]
+    # transformers passes a 4D mask through untouched, so no [S, S] mask is built; the
+    # packed attention does not read it
     hidden = decoder(inputs_embeds=_embed(model, flat), position_ids=packing.position_ids(device),
-                     attention_mask=torch.zeros(1, 1, 1, 1, device=device),  # see below
-                     **{packed.KWARG: packing}
-                     ).last_hidden_state[0]                                         # [S, H]
+                     attention_mask=torch.zeros(1, 1, 1, 1, device=device),
+                     **{packed.KWARG: packing}).last_hidden_state[0]                # [S, H]
     own = torch.tensor([n - s for n, s in zip(lengths, starts)], device=device)
     start_t = torch.tensor(starts, device=device)
     p = torch.arange(input_ids.shape[1], device=device)[None]                 # [1, T]
@@ -332,10 +333,6 @@ def _packed_pass(model, decoder, input_ids: Tensor, lengths: list[int],
                         torch.tensor(first, device=device)[:, None]
                         + (p - start_t[:, None]).clamp(max=own[:, None] - 1))
     return hidden[index]
-
-
-# (A 4D mask is passed through by transformers untouched, so no [S, S] mask is built for
-# the packed pass; the packed attention does not read it.)
 
 
 def _embed(model, input_ids: Tensor) -> Tensor:

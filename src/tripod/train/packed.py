@@ -15,7 +15,7 @@ The attention is reached through transformers' attention registry: `sdpa` is reg
 as `attention`, which computes the packed attention when the forward pass carries a
 `tripod_packing` argument (transformers hands extra forward arguments down to the
 attention function) and is transformers' own `sdpa` otherwise. Models whose attention is not
-`sdpa` keep the separate passes (`supports_packing`).
+`sdpa` run their rows whole, unpacked (`supports_packing`).
 """
 
 from __future__ import annotations
@@ -53,8 +53,7 @@ class PackedSegments:
     """Prefix tokens that ran once instead of once per row (for benchmarks)."""
 
     def add(self, length: int, prefix: Segment | None = None) -> Segment:
-        start = self.segments[-1].start + self.segments[-1].length if self.segments else 0
-        seg = Segment(start, length, prefix, prefix.length if prefix is not None else 0)
+        seg = Segment(self.total, length, prefix, prefix.length if prefix is not None else 0)
         self.segments.append(seg)
         return seg
 
