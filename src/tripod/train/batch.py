@@ -9,7 +9,7 @@ Either way the ids are the sampled ids; nothing is re-tokenized.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 import torch
 from torch import Tensor
@@ -380,3 +380,12 @@ def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
         entropy = torch.zeros_like(logp)
         entropy[:, 1:][select] = entropy_from_logits(logits)                 # [N]
     return logp, entropy, (hidden if with_hidden else None)
+
+
+def on_device(mb: TrainBatch, device: torch.device) -> TrainBatch:
+    """The micro-batch on the model's device (batches are collated on the CPU; on CUDA each
+    micro-batch moves when it is computed, so a whole batch never has to fit the device)."""
+    if mb.input_ids.device == device:
+        return mb
+    return replace(mb, **{f.name: getattr(mb, f.name).to(device)
+                          for f in fields(mb) if getattr(mb, f.name) is not None})

@@ -20,7 +20,6 @@ saw a non-finite value. On one process they are the identity.
 from __future__ import annotations
 
 import copy
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -38,7 +37,7 @@ from tripod.algos.losses import (
 )
 from tripod.core.config import TrainConfig
 from tripod.policy.models import Policy, load_policy, use_checkpointing, wrap_lora
-from tripod.train.batch import TrainBatch, decoder_hidden, token_logprobs
+from tripod.train.batch import TrainBatch, decoder_hidden, on_device, token_logprobs
 from tripod.train.common import adamw, chunks
 from tripod.train.critic import Critic
 from tripod.train.distributed import Parallel, full_state_dict, shard_layers
@@ -200,7 +199,9 @@ def build_learner(cfg: TrainConfig, policy: Policy | None = None,
     if parallel is not None:
         parallel.broadcast_module(policy.model)
     spec = get_estimator(cfg.algo.estimator)
-    critic = Critic(policy.model, cfg.algo.critic) if spec.needs_critic else None
+    # The head is built on the CPU; a copied backbone is already on the policy's device.
+    critic = (Critic(policy.model, cfg.algo.critic).to(policy.device)
+              if spec.needs_critic else None)
     ref = None
     if cfg.algo.kl_coef > 0 and not hasattr(policy.model, "disable_adapter"):
         ref = copy.deepcopy(policy.model).eval().requires_grad_(False)
@@ -275,16 +276,6 @@ def _per_micro(learner: Learner, batch: TrainBatch, size: int,
         outs = {i: o for (part,) in parallel.gather([outs]) for i, o in part.items()}
     return torch.cat([torch.nn.functional.pad(outs[i], (0, t - outs[i].shape[1]))
                       for i, _ in parts])
-
-
-def on_device(mb: TrainBatch, device: torch.device) -> TrainBatch:
-    """The micro-batch on the model's device (batches are collated on the CPU; on CUDA each
-    micro-batch moves when it is computed, so a whole batch never has to fit the device)."""
-    if mb.input_ids.device == device:
-        return mb
-    return dataclasses.replace(mb, **{f.name: getattr(mb, f.name).to(device)
-                                      for f in dataclasses.fields(mb)
-                                      if getattr(mb, f.name) is not None})
 
 
 def _values(learner: Learner, mb: TrainBatch, hidden: Tensor | None = None) -> Tensor:

@@ -24,7 +24,14 @@ from tripod.envs.pool import EnvPool
 from tripod.policy.models import Policy, use_checkpointing
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
-from tripod.train.batch import Row, TrainBatch, collate, token_logprobs, trajectory_rows
+from tripod.train.batch import (
+    Row,
+    TrainBatch,
+    collate,
+    on_device,
+    token_logprobs,
+    trajectory_rows,
+)
 from tripod.train.common import (
     adamw,
     chunks,
@@ -131,7 +138,9 @@ def sft_step(policy: Policy, rows: list[Row], cfg: TrainConfig, opt: torch.optim
     opt.zero_grad(set_to_none=True)
     total = 0.0
     for part in chunks(list(range(len(rows))), cfg.sft.micro_batch_size):
-        nll, _ = sft_loss(policy, collate([rows[i] for i in part], policy.pad_token_id))
+        # Rows are collated on the CPU; each micro-batch moves to the model's device.
+        mb = on_device(collate([rows[i] for i in part], policy.pad_token_id), policy.device)
+        nll, _ = sft_loss(policy, mb)
         (nll / max(n, 1)).backward()
         total += float(nll.detach())
     torch.nn.utils.clip_grad_norm_(params, cfg.algo.grad_clip)
