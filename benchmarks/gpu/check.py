@@ -17,10 +17,13 @@ What it runs, with the engine and learner the recipes use:
   against the sampler's recorded ones on every agent token, before any update.
 - update: one GRPO update over those episodes (AdamW, micro-batches of `--micro-batch`);
   update tokens/s counts every token of every row (prompts and observations included).
-- MFU: model FLOPs / seconds / the device's peak. FLOPs per row of T tokens: 3 x (forward:
-  the layers' matmuls on T tokens, attention on T(T+1)/2 query-key pairs, the LM head on
-  the agent tokens only, as the trainer runs it). Peak: `--peak-tflops`, else a table of
-  dense bf16 peaks by device name; on CPU a measured matmul rate.
+- MFU: the update's model FLOPs / seconds / the device's peak. The FLOPs are counted by
+  `benchmarks/rl_iteration.py`'s hooks on the passes the trainer actually ran: the layers'
+  matmuls on the tokens run, attention over each token's context, the LM head on the agent
+  tokens only, x3 for forward + backward. A group's shared first prompt runs once per
+  micro-batch (the packed pass), so it is counted once (`update_shared_tokens`: the
+  row tokens not run again). Peak: `--peak-tflops`, else a table of dense bf16 peaks by
+  device name; on CPU a measured matmul rate.
 """
 
 from __future__ import annotations
@@ -31,10 +34,14 @@ import os
 import resource
 import sys
 import time
-from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # benchmarks/: the FLOP counter
+from _common import FlopModel  # noqa: E402
+from rl_iteration import PassCounter  # noqa: E402
 
 from tripod.core.config import load_config
 from tripod.policy.models import Policy, _end_of_turn_ids, smollm2_dir
@@ -70,8 +77,11 @@ def build_policy(tiny: bool, device: str, dtype: torch.dtype) -> Policy:
     config = Qwen2Config(**(TINY if tiny else QWEN25_15B), bos_token_id=1, eos_token_id=2,
                          pad_token_id=2)
     torch.manual_seed(0)
+    # Built in `dtype` directly: no fp32 copy first (9 GB at this shape, which would count in
+    # the peak), and the rotary frequencies stay fp32 as `from_pretrained` leaves them
+    # (`.to(bf16)` would round them too).
     with torch.device(device):
-        model = Qwen2ForCausalLM(config).to(dtype).eval()
+        model = Qwen2ForCausalLM._from_config(config, dtype=dtype).eval()
     return Policy(model, tok, "qwen2.5-1.5b-shape" + ("-tiny" if tiny else ""),
                   _end_of_turn_ids(tok))
 
@@ -86,32 +96,6 @@ def recipe(args: argparse.Namespace, out_dir: str):
         "rollout.truncated_action=step", "reward.kind=dense", "algo.estimator=grpo",
         f"algo.minibatch_size={args.episodes}", f"algo.micro_batch_size={args.micro_batch}",
         "train.tensorboard=false", f"run.out_dir={out_dir}"])
-
-
-@dataclass
-class Flops:
-    """Forward FLOPs of the model's parts (per token, per query-key pair, per head row)."""
-
-    layers: float
-    attention: float
-    head: float
-
-    @classmethod
-    def of(cls, model: torch.nn.Module) -> Flops:
-        c = model.config
-        hd = c.hidden_size // c.num_attention_heads
-        q, kv = c.num_attention_heads * hd, c.num_key_value_heads * hd
-        per_layer = 2 * c.hidden_size * (2 * q + 2 * kv) + 6 * c.hidden_size * c.intermediate_size
-        return cls(c.num_hidden_layers * per_layer, c.num_hidden_layers * 4 * q,
-                   2 * c.hidden_size * c.vocab_size)
-
-    def train(self, batch: TrainBatch) -> float:
-        """Forward + backward (3 x forward) over every row's real tokens."""
-        total = 0.0
-        for n, agent in zip(batch.attention_mask.sum(-1).tolist(),
-                            batch.loss_mask.sum(-1).tolist()):
-            total += n * self.layers + n * (n + 1) / 2 * self.attention + agent * self.head
-        return 3 * total
 
 
 def peak_tflops(device: str, given: float | None) -> float | None:
@@ -182,21 +166,26 @@ def run(args: argparse.Namespace) -> dict:
                                         args.micro_batch)
         learner = build_learner(cfg, policy)
         advantage(batch, cfg.algo)
+        counter = PassCounter(learner, FlopModel.of(policy.model))
         _sync(args.device)
         t = time.perf_counter()
         stats = update(learner, batch, 0)
         _sync(args.device)
         update_s = time.perf_counter() - t
+        work = counter.take()
+        counter.close()
     tokens = int(batch.attention_mask.sum())
     peak = peak_tflops(args.device, args.peak_tflops)
-    achieved = Flops.of(policy.model).train(batch) / update_s / 1e12
+    achieved = work.flops / update_s / 1e12
     return {
         "device": torch.cuda.get_device_name() if args.device.startswith("cuda") else "cpu",
         "parameters_b": params / 1e9, "episodes": len(trajs),
         "turns": sum(tr.num_turns for tr in trajs), "generated_tokens": generated,
         "rollout_s": rollout_s, "rollout_tokens_per_s": generated / rollout_s,
         "update_rows": batch.num_rows, "update_tokens": tokens, "update_s": update_s,
-        "update_tokens_per_s": tokens / update_s, "update_tflops": achieved,
+        "update_tokens_per_s": tokens / update_s,
+        "update_shared_tokens": work.shared_tokens, "update_tflop": work.flops / 1e12,
+        "update_tflops": achieved,
         "peak_tflops": peak, "mfu": achieved / peak if peak else None,
         "peak_memory_gb": peak_memory_gb(args.device),
         "logprob_gap_mean": gap_mean, "logprob_gap_max": gap_max,

@@ -20,7 +20,7 @@ from tripod.train.batch import (
     prefix_clusters,
     token_logprobs,
 )
-from tripod.train.packed import KWARG
+from tripod.train.packed import KWARG, _prefix_causal_mask, masked_attention
 
 
 def _rows(lengths: list[int], prefix: int, vocab: int = 1000, seed: int = 0):
@@ -201,3 +201,24 @@ def test_packing_falls_back_to_whole_rows_without_sdpa(tiny_policy_factory, monk
     finally:
         hook.remove()
     assert seen == [False] and hidden.shape == (*ids.shape, model.config.hidden_size)
+
+
+def test_masked_attention_with_repeated_kv_heads_equals_grouped_query_attention():
+    """The CUDA form of a prefix segment's attention (key / value heads repeated, no
+    `enable_gqa`) gives what the CPU form (grouped heads) gives, values and gradients."""
+    gen = torch.Generator().manual_seed(0)
+    q = torch.randn(1, 6, 5, 8, generator=gen, requires_grad=True)      # 6 query heads
+    k = torch.randn(1, 2, 9, 8, generator=gen, requires_grad=True)      # 2 kv heads, prefix 4
+    v = torch.randn(1, 2, 9, 8, generator=gen, requires_grad=True)
+    mask = _prefix_causal_mask(4, 5, q.dtype, q.device)
+    outs, grads = [], []
+    for expand in (False, True):
+        o = masked_attention(q, k, v, mask, None, expand_kv=expand)
+        o.square().sum().backward()
+        outs.append(o.detach())
+        grads.append([t.grad.clone() for t in (q, k, v)])
+        for t in (q, k, v):
+            t.grad = None
+    torch.testing.assert_close(outs[0], outs[1])
+    for a, b in zip(*grads):
+        torch.testing.assert_close(a, b)

@@ -80,12 +80,25 @@ class PackedSegments:
                 p = slice(seg.prefix.start, seg.prefix.start + seg.prefix.length)
                 k = torch.cat([key[:, :, p], k], dim=2)
                 v = torch.cat([value[:, :, p], v], dim=2)
-                o = F.scaled_dot_product_attention(
-                    q, k, v, attn_mask=_prefix_causal_mask(seg.prefix.length, seg.length,
-                                                           q.dtype, q.device),
-                    scale=scaling, enable_gqa=gqa)
+                mask = _prefix_causal_mask(seg.prefix.length, seg.length, q.dtype, q.device)
+                o = masked_attention(q, k, v, mask, scaling, expand_kv=q.device.type == "cuda")
             out.append(o)
         return torch.cat(out, dim=2).transpose(1, 2)
+
+
+def masked_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, scaling: float | None,
+                     expand_kv: bool) -> Tensor:
+    """SDPA with an additive mask, query heads [1, Hq, n, D] over key heads [1, Hkv, m, D].
+    With `expand_kv` the key and value heads are repeated to Hq first: on CUDA, a mask
+    together with `enable_gqa` rules out the memory-efficient kernel and falls back to the
+    math kernel (which keeps fp32 scores [Hq, n, m]); repeated heads keep it eligible. On the
+    CPU the flash kernel takes both, so nothing is repeated there. Either way the result is
+    the same (tested)."""
+    groups = q.shape[1] // k.shape[1]
+    if expand_kv and groups > 1:
+        k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scaling,
+                                          enable_gqa=q.shape[1] != k.shape[1])
 
 
 def _prefix_causal_mask(prefix: int, n: int, dtype: torch.dtype, device) -> Tensor:
