@@ -27,6 +27,9 @@ def _assert_sane(r: dict, episodes: int, turns: int) -> None:
     assert r["generated_tokens"] > 0 and r["rollout_tokens_per_s"] > 0
     assert r["update_rows"] == episodes and r["update_tokens_per_s"] > 0
     assert r["skipped_updates"] == 0 and r["peak_memory_gb"] > 0
+    # the update's FLOPs come from the passes the trainer ran: a group's shared first prompt
+    # runs once, so some row tokens are not run again (groups of 4 share their prompt)
+    assert r["update_tflop"] > 0 and 0 < r["update_shared_tokens"] < r["update_tokens"]
     # bf16 weights, fp32 logprobs: sampler and trainer agree closely (a temperature or
     # alignment mistake gives gaps of order 1)
     assert math.isfinite(r["logprob_gap_max"]) and r["logprob_gap_max"] < 0.05
