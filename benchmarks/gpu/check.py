@@ -46,7 +46,7 @@ from rl_iteration import PassCounter  # noqa: E402
 from tripod.core.config import load_config
 from tripod.policy.models import Policy, _end_of_turn_ids, smollm2_dir
 from tripod.policy.rollout import RolloutEngine
-from tripod.train.batch import TrainBatch, token_logprobs
+from tripod.train.batch import TrainBatch, on_device, token_logprobs
 from tripod.train.common import rollout_config
 from tripod.train.learner import build_learner, update
 from tripod.train.rl import advantage, collect, make_batch
@@ -121,9 +121,9 @@ def logprob_gap(policy: Policy, batch: TrainBatch, temperature: float,
     with torch.no_grad():
         for start in range(0, batch.num_rows, micro):
             mb = batch.select(list(range(start, min(start + micro, batch.num_rows))))
-            mask = mb.loss_mask.to(device)
-            logp, _, _ = token_logprobs(policy.model, mb.input_ids.to(device),
-                                        mb.attention_mask.to(device), temperature, mask)
+            dev = on_device(mb, device)
+            logp, _, _ = token_logprobs(policy.model, dev.input_ids, dev.attention_mask,
+                                        temperature, dev.loss_mask)
             diffs.append((logp.cpu() - mb.old_logprobs)[mb.loss_mask.bool()].abs())
     gap = torch.cat(diffs)
     return float(gap.mean()), float(gap.max())
