@@ -11,12 +11,14 @@ with the sampler (issue 13).
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 import torch
 
 from tripod.policy.chat import PromptConfig
 from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
-from tripod.policy.sampler import SamplingParams
+from tripod.policy.sampler import KVArena, SamplingParams
 from tripod.train.batch import collate, token_logprobs, trajectory_rows
 
 SAMPLING = [(1.0, 1.0), (0.7, 1.0), (0.7, 0.8)]
@@ -128,6 +130,23 @@ def test_same_seed_same_episode(tiny_policy_factory):
     one, _ = _play(policy, "toy/letters-2", games=1, group=2, seed=5)
     two, _ = _play(policy, "toy/letters-2", games=1, group=2, seed=5)
     assert [t.action_ids for t in one[1].turns] == [t.action_ids for t in two[1].turns]
+
+
+@pytest.mark.parametrize("window", [None, 1])
+def test_collect_frees_its_kv_arena(tiny_policy_factory, window):
+    """The arena is freed when `collect` returns, not when the cyclic collector next runs:
+    at SmolLM2's size it is ~1 GB that would otherwise sit through the update."""
+    policy = tiny_policy_factory()
+    gc.collect()
+    gc.disable()
+    try:
+        trajs, _ = _play(policy, "toy/letters-3", games=2, group=2, batch=3, turns=3,
+                         window=window)
+        alive = [o for o in gc.get_objects() if isinstance(o, KVArena)]
+    finally:
+        gc.enable()
+    assert sum(t.num_turns for t in trajs) > 4   # the arena was used over several turns
+    assert alive == []
 
 
 def test_truncated_reply_ends_episode(tiny_policy_factory):

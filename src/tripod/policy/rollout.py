@@ -176,9 +176,12 @@ class RolloutEngine:
                     self._turn(playing, sampling, pool, stats)
                 for ep in [e for e in active if e.done]:
                     finished[ep.job.episode_id] = ep.traj
+                    ep.row.release()
                     self._release(ep)
                 active = [e for e in active if not e.done]
         finally:
+            for ep in active:  # stopped by an error: the arena must not outlive the call
+                ep.row.release()
             pool.shutdown(wait=False, cancel_futures=True)
             self.policy.model.train(was_training)
         stats.episodes = len(finished)
@@ -345,7 +348,7 @@ class RolloutEngine:
             ep.context.extend(tok(delta, add_special_tokens=False)["input_ids"])
         else:  # the prompt changes at its start: no cache reuse possible
             ep.context = render_prompt_ids(tok, self._messages(ep))
-            ep.row = RowState()
+            ep.row.release()
 
 
 def expert_actor(noise: float = 0.0) -> ScriptedFactory:
