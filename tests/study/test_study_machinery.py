@@ -223,3 +223,25 @@ def test_a_moved_study_folder_keeps_its_finished_runs(toy_dir):
     again = FakeRunner()
     outcome = run_study(path, toy_dir / "moved", runner=again, log=print)
     assert again.calls == [] and len(outcome.skipped) == 4
+
+
+def test_a_shared_sft_copied_without_its_model_runs_again_before_its_seeds_arms(toy_dir):
+    """Small files copied back from docs/results mark the `sft` arm finished, but its model
+    is not there: it reruns when an arm of its seed is still to run, and only then."""
+    path = write_study(toy_dir, arms=[{"name": "a"}, {"name": "b"}], shared_sft=True)
+    out = toy_dir / "out"
+    run_study(path, out, runner=FakeRunner(), log=print)
+    (out / "sft" / "seed0" / "sft").mkdir()
+    (out / "sft" / "seed0" / "sft" / "config.json").write_text("{}")   # seed 0 has its model
+    for seed in (0, 1):
+        (out / "b" / f"seed{seed}" / DONE_FILE).unlink()                # b is left to run
+    (out / "a" / "seed1" / DONE_FILE).unlink()
+    again, lines = FakeRunner(), []
+    run_study(path, out, runner=again, log=lines.append)
+    assert again.calls == [out / "b" / "seed0", out / "sft" / "seed1", out / "a" / "seed1",
+                           out / "b" / "seed1"]
+    assert any("sft, seed 1: finished, but its model" in line for line in lines)
+    assert not any("sft, seed 0" in line for line in lines)
+    # every arm finished: a missing model no longer matters, nothing runs
+    third = FakeRunner()
+    assert run_study(path, out, runner=third, log=print).ran == [] and third.calls == []

@@ -413,6 +413,22 @@ def is_finished(spec: RunSpec) -> bool:
     return True
 
 
+def _with_missing_sft_models(study: StudyFile, runs: list[RunSpec], todo: list[RunSpec],
+                             log: Callable[[str], None]) -> list[RunSpec]:
+    """A shared `sft` arm copied back from its small files (`docs/results/`) is finished but
+    has no model. When an arm of its seed still has to run, it runs again first (it is
+    deterministic), rather than that arm failing to load the model."""
+    if not study.shared_sft:
+        return todo
+    waiting = {r.seed for r in todo if r.arm.name != "sft"}
+    again = [r for r in runs if r.arm.name == "sft" and r.seed in waiting and r not in todo
+             and not (r.run_dir / "sft" / "config.json").is_file()]
+    for r in again:
+        log(f"sft, seed {r.seed}: finished, but its model ({r.run_dir / 'sft'}) is missing; "
+            "it runs again before the arms of that seed that load it")
+    return [r for r in runs if r in todo or r in again]
+
+
 Runner = Callable[[TrainConfig], Any]
 
 
@@ -473,7 +489,7 @@ def execute_study(study: StudyFile, study_path: Path, out: Path, smoke: bool = F
     locates the base recipe (`base` is relative to its folder)."""
     runs = resolve_runs(study, study_path, out, smoke)
     check_study(study, runs)
-    todo = [r for r in runs if not is_finished(r)]
+    todo = _with_missing_sft_models(study, runs, [r for r in runs if not is_finished(r)], log)
     log(f"study {study.name}: {len(runs)} runs ({len(runs) - len(todo)} finished) in {out}")
     for r in runs:
         state = "done" if r not in todo else ("would run" if dry_run else "to run")
