@@ -80,6 +80,22 @@ def test_micro_batch_accumulation_equivalence(tmp_path, tiny_policy_factory, est
     torch.testing.assert_close(results[0] - start, results[1] - start, rtol=1e-4, atol=1e-7)
 
 
+def test_update_frees_its_gradients(tmp_path, tiny_policy_factory):
+    """The last step's gradients (a copy of every trained weight) are gone when `update`
+    returns, so they are not resident through the next rollout; the steps were taken."""
+    cfg = _cfg(tmp_path, "algo.critic=copy", "algo.estimator=gae", "algo.minibatch_size=2",
+               "algo.entropy_coef=0.01")
+    learner = build_learner(cfg, tiny_policy_factory(seed=1))
+    batch = _batch(learner)
+    before = (_params(learner.policy.model), _params(learner.critic))
+    stats = update(learner, batch, iteration=0)
+    assert stats["skipped_updates"] == 0 and stats["grad_norm"] > 0
+    assert not torch.equal(before[0], _params(learner.policy.model))
+    assert not torch.equal(before[1], _params(learner.critic))
+    trained = learner._trained_params()
+    assert trained and all(p.grad is None for p in trained)
+
+
 def test_copied_critic_runs_after_the_actor_backward(tmp_path, tiny_policy_factory):
     """PPO with a copied critic: each micro-batch's actor backward has run (its graph freed)
     before the critic's forward builds its own graph, so the two models' activations are

@@ -400,9 +400,9 @@ def _place(target: Tensor, logps: list[tuple[Tensor, Tensor]]) -> None:
 
 def update(learner: Learner, batch: TrainBatch, iteration: int) -> dict[str, float]:
     """PPO-style epochs over minibatches (a seeded shuffle: resumable), one optimizer step per
-    minibatch. Fills `batch.trainer_logprobs` from the first epoch. Returns the mean of each
-    statistic, `skipped_updates` (this iteration) with
-    `skipped_<reason>` counts, and `nan_skips` (the run's total). Raises `TrainingStopped`
+    minibatch; the gradients are freed when it returns. Fills `batch.trainer_logprobs` from
+    the first epoch. Returns the mean of each statistic, `skipped_updates` (this iteration)
+    with `skipped_<reason>` counts, and `nan_skips` (the run's total). Raises `TrainingStopped`
     after `MAX_CONSECUTIVE_SKIPS` skipped steps in a row."""
     algo = learner.cfg.algo
     gen = torch.Generator().manual_seed(learner.cfg.run.seed * 7919 + iteration)
@@ -428,6 +428,9 @@ def update(learner: Learner, batch: TrainBatch, iteration: int) -> dict[str, flo
                 _count_skip(learner, reason, skipped)
     finally:
         learner.policy.model.eval()
+        # the last step's gradients (a full copy of the weights) are not needed until the next
+        # update zeroes them: freed now, they are not resident through the next rollout
+        learner.zero_grad()
     sums = learner.parallel.mean_stats(sums)
     out = {k: sum(v) / len(v) for k, v in sums.items()}
     out.update({f"skipped_{k}": float(v) for k, v in skipped.items()})
