@@ -161,3 +161,30 @@ def test_update_ab_reduced():
     assert [len(v) for v in r["update_s"].values()] == [1, 1]
     assert all(_finite(t) and t > 0 for v in r["update_s"].values() for t in v)
     assert len(r["loadavg"]) == 2
+
+
+def test_counting_engine_keeps_counters_not_kv_caches(tiny_policy_factory, monkeypatch):
+    """The benchmarks' engine reads the sampler's counters after a rollout; it must not keep
+    the arenas (their KV caches) alive past `collect`, or the RL-iteration benchmark reports
+    a memory peak that training does not have."""
+    import gc
+
+    from tripod.policy.rollout import RolloutConfig, make_jobs
+    from tripod.policy.sampler import KVArena, SamplingParams
+
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    common = importlib.import_module("_common")
+    engine = common.ArenaCountingEngine(tiny_policy_factory(),
+                                        RolloutConfig(max_turns=3, batch_size=4))
+    jobs = make_jobs("toy/letters-3", "train", [0, 1], 2, 0)
+    gc.collect()
+    gc.disable()
+    try:
+        engine.collect(jobs, SamplingParams(temperature=1.0, max_new_tokens=4))
+        alive = [o for o in gc.get_objects() if isinstance(o, KVArena)]
+    finally:
+        gc.enable()
+        engine.close()
+    stats = engine.arena_stats()
+    assert stats.decode_steps > 0 and stats.prefill_tokens > 0  # the counters survived
+    assert alive == []

@@ -170,3 +170,45 @@ def test_prefill_chunks_are_optimal(seed):
     assert sorted(itertools.chain(*chunks)) == list(range(6))
     best = min(_chunk_cost(lengths, p) for p in _partitions(list(range(6))))
     assert _chunk_cost(lengths, chunks) == best
+
+
+def test_arena_regrow_keeps_contents_and_holds_one_extra_buffer(monkeypatch):
+    """Growing the KV arena keeps every stored position and, at its worst moment, holds the
+    larger of the old and new arenas plus one layer's buffer (not the old arena plus a whole
+    new one: at SmolLM2's size that was ~0.4 GB on top of the rollout's peak)."""
+    import weakref
+
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    model = LlamaForCausalLM(LlamaConfig(num_hidden_layers=8, hidden_size=16, vocab_size=32,
+                                         num_attention_heads=2, num_key_value_heads=1,
+                                         intermediate_size=32))
+    live = {"bytes": 0, "peak": 0}
+    zeros = torch.zeros
+
+    def tracked(*args, **kwargs):
+        t = zeros(*args, **kwargs)
+        n = t.numel() * t.element_size()
+        live["bytes"] += n
+        live["peak"] = max(live["peak"], live["bytes"])
+        weakref.finalize(t, lambda: live.__setitem__("bytes", live["bytes"] - n))
+        return t
+
+    monkeypatch.setattr(sampler.torch, "zeros", tracked)
+    arena = sampler.KVArena(model, slots=3, capacity=8)
+    for buf in arena.keys + arena.values:
+        buf.copy_(torch.randn(buf.shape))
+    del buf  # the test must not hold an old buffer itself
+    before = [b.clone() for b in arena.keys + arena.values]
+    old_bytes, old_capacity = live["bytes"], arena.capacity
+    live["peak"] = live["bytes"]
+    arena.reserve(3, arena.capacity + 1)                   # a regrow by the growth factor
+    assert arena.capacity > old_capacity
+    new_bytes = sum(b.numel() * b.element_size() for b in arena.keys + arena.values)
+    assert live["bytes"] == new_bytes                       # the old buffers were freed
+    largest = max(old_bytes, new_bytes)
+    assert live["peak"] <= largest + largest // (2 * arena.layers)
+    arena.reserve(4, arena.capacity)                        # a new slot
+    for old, new in zip(before, arena.keys + arena.values):
+        assert torch.equal(new[:3, :, :old_capacity], old)  # stored positions kept
+        assert not new[3:].any() and not new[:, :, old_capacity:].any()  # the rest zero

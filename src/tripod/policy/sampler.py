@@ -127,11 +127,17 @@ class KVArena:
         shape = (slots, self.heads, capacity, self.head_dim)
         old_s, old_c = len(self.owners), self.capacity
         for buffers in (self.keys, self.values):
-            grown = [torch.zeros(shape, dtype=self.dtype, device=self.device)
-                     for _ in range(self.layers)]
-            for new, old in zip(grown, buffers):
+            if not buffers:
+                buffers.extend(torch.zeros(shape, dtype=self.dtype, device=self.device)
+                               for _ in range(self.layers))
+                continue
+            # One buffer at a time: the old one is freed before the next is allocated, so a
+            # regrow holds the arena plus one layer's buffer, not the arena twice over.
+            for i, old in enumerate(buffers):
+                new = torch.zeros(shape, dtype=self.dtype, device=self.device)
                 new[:old_s, :, :old_c] = old
-            buffers[:] = grown
+                buffers[i] = new
+            del old, new
         self.owners += [None] * (slots - old_s)
         self.capacity = capacity
 
