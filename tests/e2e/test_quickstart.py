@@ -22,6 +22,8 @@ def test_quickstart_small_budget(tmp_path):
     assert set(results["eval"]) == {"base", "sft", "final"}
     assert results["sft_train"]["demos"] == 3 and results["sft_train"]["tokens"] > 0
     assert len(results["rl_history"]) == 1
+    assert set(results["peak_rss_mb"]) == {"sft", "rl", "eval"}   # each stage's own peak
+    assert all(mb > 100 for mb in results["peak_rss_mb"].values())
     assert (run / "sft" / "model.safetensors").exists()
     assert (run / "checkpoints" / "iter_000001" / "trainer.safetensors").exists()
     lines = (run / "metrics.jsonl").read_text().splitlines()

@@ -28,14 +28,46 @@ def seed_everything(seed: int) -> None:
 
 def resident_mb() -> float:
     """This process's resident memory now (VmRSS), in MB; 0 where /proc is missing."""
+    return _status_mb("VmRSS")
+
+
+def _status_mb(field: str) -> float:
     try:
         with open("/proc/self/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1]) / 1024
     except OSError:
         pass
     return 0.0
+
+
+class StagePeaks:
+    """The process's peak resident memory per stage of a run, exact rather than sampled: the
+    kernel's high-water mark (VmHWM) is read at the end of each stage and reset for the next
+    one (`5` to /proc/self/clear_refs, Linux 4.0+). Where the mark cannot be reset it would
+    span whatever ran before in this process (an earlier study arm), so stages read 0
+    (unknown) and nothing fails."""
+
+    def __init__(self) -> None:
+        self.peaks: dict[str, float] = {}
+        self.exact = self._reset()
+
+    @staticmethod
+    def _reset() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
+
+    def end(self, stage: str) -> float:
+        """Close `stage`: its peak in MB (0 if unknown), kept in `peaks`; the next starts."""
+        peak = _status_mb("VmHWM") if self.exact else 0.0
+        self.peaks[stage] = round(max(self.peaks.get(stage, 0.0), peak), 1)
+        self._reset()
+        return peak
 
 
 def release_memory() -> tuple[float, float]:

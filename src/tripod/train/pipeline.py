@@ -24,6 +24,7 @@ from tripod.report.html import build_report
 from tripod.report.records import TRAJECTORY_DIR, eval_path, write_trajectories
 from tripod.train.clock import RunClock, paused
 from tripod.train.common import (
+    StagePeaks,
     env_options,
     eval_turn_cap,
     prepare_run_dir,
@@ -123,12 +124,14 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
         prepare_games(cfg)
     parallel.barrier()
     results: dict = {"run_dir": str(run_dir)}
+    peaks = StagePeaks()   # resident memory per stage, into results.json
     clock = (RunClock(cfg, writes=parallel.is_main) if resume is None
              else None)   # a resumed run's minutes are unknown
     with open_pool(cfg.cluster) as pool:
         policy = None
         if resume is None and parallel.is_main:
             policy = sft_stage(cfg, results, pool, clock)
+            peaks.end("sft")
         final_stage = "sft" if cfg.train.iterations == 0 else "final"
         if cfg.train.iterations > 0:
             rl = train_rl(cfg, policy=policy, resume=resume, pool=pool, clock=clock)
@@ -141,6 +144,7 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
             if parallel.is_main and before:
                 console.print(f"memory after RL: {before / 1024:.1f} GB resident, "
                               f"{after / 1024:.1f} GB once the learner is freed")
+            peaks.end("rl")
         shutdown_parallel(parallel)   # (train_rl already left the group; SFT-only runs)
         if not parallel.is_main:
             return {}
@@ -149,7 +153,12 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
             results["snapshots"] = clock.finish(policy, final_stage)
         if final_stage == "final" or not cfg.eval.before_training:
             evaluate_all(final_stage, policy, cfg, results, pool)
+            peaks.end("eval")
     results["seconds"] = time.perf_counter() - start
+    if peaks.exact:
+        results["peak_rss_mb"] = peaks.peaks
+        console.print("peak resident memory: " + ", ".join(
+            f"{stage} {mb / 1024:.2f} GB" for stage, mb in peaks.peaks.items()))
     (run_dir / "results.json").write_text(json.dumps(results, indent=2))
     print_table(results)
     report = build_report(run_dir)
