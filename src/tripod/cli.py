@@ -249,6 +249,10 @@ def _run_stopped_errors() -> tuple[type[Exception], ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:   # the `tripod` command itself (not a call from Python): may re-exec
+        from tripod.core.allocator import reexec_if_asked
+
+        reexec_if_asked(sys.argv[1:])
     args = build_parser().parse_args(argv)
     from tripod.core.config import ConfigError
     from tripod.envs.registry import UnknownEnvError
