@@ -132,6 +132,18 @@ def test_optimizer_step_benchmark_runs():
     assert float(match.group(3)) < 1e-6
 
 
+def test_checkpoint_memory_benchmark_runs():
+    """`benchmarks/checkpoint_memory.py` on the tiny model: both saves measured and printed
+    with the load average (sizes only; the tiny model's copies are too small to assert on)."""
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "checkpoint_memory.py"), "--model",
+                          "tiny"], env=os.environ, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    for name in ("in place (now)", "cloned (before)"):
+        assert re.search(rf"save, {re.escape(name)}: resident before [\d,]+ MB, peak during "
+                         rf"the save [\d,]+ MB", out.stdout), out.stdout
+    assert "loadavg before=" in out.stdout
+
+
 def test_decode_matmuls_reduced(monkeypatch):
     """`benchmarks/decode_matmuls.py` on the tiny model: every linear shape of a layer, the
     LM head and the forward timed for each row count, every figure finite, the table

@@ -80,6 +80,36 @@ def test_trainer_state_round_trips_exactly(tmp_path, tiny_policy_factory):
         assert torch.equal(fresh.state_dict()["state"][0][k], v), k
 
 
+def test_saving_writes_the_optimizer_state_in_place_and_copies_only_shared_memory(
+        tmp_path, tiny_policy_factory, monkeypatch):
+    """Whole tensors (AdamW's moments) go to the file without a copy: cloning them doubled
+    the optimizer state in memory while a checkpoint was saved (the quickstart's RL peak).
+    A view of part of a storage, or a storage already stored under another key, is copied,
+    since safetensors refuses shared memory; all of them come back exact."""
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randn(4, 3)).sum().backward()
+    opt.step()
+    base = torch.arange(12.0)
+    trainer = {"optimizer": opt.state_dict(), "view": base[2:5], "again": base,
+               "strided": base.view(3, 4).t(), "base": base}
+    stored: dict = {}
+    original_save = ck.save_file
+    monkeypatch.setattr(ck, "save_file", lambda t, path: (stored.update(t), original_save(t, path)))
+    save_checkpoint(tmp_path / "c", tiny_policy_factory(), trainer, {"iteration": 1})
+    moments = [v for st in opt.state_dict()["state"].values() for k, v in st.items()
+               if k in ("exp_avg", "exp_avg_sq")]
+    assert moments and all(any(t.data_ptr() == m.data_ptr() for t in stored.values())
+                           for m in moments)                     # written in place
+    ptrs = [t.untyped_storage().data_ptr() for t in stored.values() if t.numel()]
+    assert len(ptrs) == len(set(ptrs))                           # no storage twice
+    loaded, _ = load_trainer_state(tmp_path / "c")
+    for key in ("view", "again", "strided", "base"):
+        assert torch.equal(loaded[key], trainer[key]), key
+    for k, v in opt.state_dict()["state"][0].items():
+        assert torch.equal(loaded["optimizer"]["state"][0][k], v), k
+
+
 @pytest.mark.parametrize("damage, named", [
     ("flip model.safetensors", "model.safetensors: corrupt"),
     ("truncate trainer.safetensors", "trainer.safetensors: corrupt"),
