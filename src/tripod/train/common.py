@@ -47,7 +47,8 @@ class StagePeaks:
     kernel's high-water mark (VmHWM) is read at the end of each stage and reset for the next
     one (`5` to /proc/self/clear_refs, Linux 4.0+). Where the mark cannot be reset it would
     span whatever ran before in this process (an earlier study arm), so stages read 0
-    (unknown) and nothing fails."""
+    (unknown) and nothing fails. The reset also resets what `getrusage`'s `ru_maxrss` reads,
+    so an outside measurement (`/usr/bin/time -v`) sees the last stage only."""
 
     def __init__(self) -> None:
         self.peaks: dict[str, float] = {}
