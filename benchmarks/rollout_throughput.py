@@ -127,6 +127,7 @@ def _engine_runner(policy: Policy, args: argparse.Namespace, path: str
                                    prompt=PromptConfig(history_window=None))
         engine.arenas.clear()
         trajs, stats = engine.collect(jobs, sampling)
+        run.env_wait_s = stats.env_wait_seconds  # type: ignore[attr-defined]
         return trajs, stats.env_steps, engine.arena_stats()
 
     run.close = pool.close  # type: ignore[attr-defined]
@@ -243,6 +244,7 @@ def run_paths(policy: Policy, args: argparse.Namespace) -> dict[str, Any]:
                 results[p].append(_summary(p, seconds, trajs, steps, arena, fm, peaks[0],
                                            (before, loadavg())))
                 results[p][-1]["cpu_seconds"] = time.process_time() - cpu
+                results[p][-1]["env_wait_s"] = getattr(runners[p], "env_wait_s", None)
                 actions.setdefault(p, [[u.action_ids for u in t.turns] for t in trajs])
                 progress(f"{p} (round {r + 1}): {seconds:.1f} s, load {before[0]}")
     finally:
@@ -301,8 +303,11 @@ def _print(report: dict[str, Any]) -> None:
                   f"{s['flop_limit_s']:7.1f} {s['efficiency']:5.0%} {s['loadavg_before'][0]:5.1f} "
                   f"{s['cpu_seconds']:6.1f}")
         s = runs[0]
+        waits = [r["env_wait_s"] for r in runs if r.get("env_wait_s") is not None]
         print(f"  {'':>13} {s['episodes']} episodes, {s['turns']} turns, {s['env_steps']} env "
               f"steps, {s['generated_tokens']} generated, {s['prefill_tokens']} prefill tokens"
+              + (f"; waiting for envs {', '.join(f'{w:.1f}' for w in waits)} s (resets and "
+                 "steps)" if waits else "")
               + (f"; arena {s['arena']}" if s["arena"] else ""))
     print(f"engine paths replayed identical actions: {report['engine_paths_same_actions']}")
     for k, v in report["ratios"].items():

@@ -3,12 +3,15 @@ action format, who owns the idle envs, and loud failures of SFT data collection.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from tripod.core.types import EpisodeEnd
 from tripod.envs.base import Step, StepInfo, last_line_action, whole_reply_action
 from tripod.envs.pool import EnvPool
 from tripod.envs.registry import register
+from tripod.envs.toy import LettersEnv
 from tripod.policy.chat import PromptConfig
 from tripod.policy.rollout import RolloutConfig, RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
@@ -133,3 +136,34 @@ def test_sft_without_a_single_demonstration_stops_with_the_reasons():
     with pytest.raises(NoDemonstrationsError, match=r"0 of 3 expert episodes.*3 ended by "
                                                     r"max_turns"):
         collect_demonstrations(load_policy("tiny"), cfg)
+
+
+def test_the_time_spent_waiting_for_envs_is_counted(tiny_policy_factory):
+    """`env_wait_seconds`: the engine's wall time blocked on env resets and steps (what
+    overlapping env work with decoding could hide at most). Every reset and step here sleeps
+    0.1 s: resets run one after the other, a turn's steps together, so the count is at least
+    2 resets + 1 step per turn, and never more than the rollout's own time. A reset that
+    fails ends its episode alone, as an env error."""
+    class Slow(LettersEnv):
+        def reset(self, game_index: int):
+            time.sleep(0.1)
+            if game_index == 2:
+                raise RuntimeError("no such game")
+            return super().reset(game_index)
+
+        def step(self, action):
+            time.sleep(0.1)
+            return super().step(action)
+
+    engine = RolloutEngine(tiny_policy_factory(),
+                           RolloutConfig(max_turns=2, batch_size=3, truncated_action="step",
+                                         prompt=PromptConfig()),
+                           env_factory=lambda job: Slow("toy/letters-2", turns=2))
+    trajs, stats = engine.collect(make_jobs("toy/letters-2", "train", [0, 1, 2], 1, 0),
+                                  SamplingParams(temperature=1.0, max_new_tokens=3))
+    engine.close()
+    assert [t.failed for t in trajs] == [False, False, True]
+    assert "no such game" in trajs[2].error and stats.env_errors == 1
+    turns = max(t.num_turns for t in trajs)
+    assert turns >= 1
+    assert 0.3 + 0.1 * turns <= stats.env_wait_seconds <= stats.seconds

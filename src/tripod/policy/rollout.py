@@ -90,6 +90,9 @@ class RolloutStats:
     env_errors: int = 0
     context_limits: int = 0
     seconds: float = 0.0
+    env_wait_seconds: float = 0.0
+    """Wall time the engine spent waiting for env resets and steps, nothing else running:
+    the most that overlapping env work with decoding could hide."""
 
     @property
     def episodes_per_s(self) -> float:
@@ -169,7 +172,7 @@ class RolloutEngine:
         try:
             while queue or active:
                 while queue and len(active) < self.cfg.batch_size:
-                    active.append(self._start(queue.popleft(), pool, actor))
+                    active.append(self._start(queue.popleft(), pool, actor, stats))
                 self._end_over_context(active, sampling, actor)
                 playing = [e for e in active if not e.done]
                 if playing:
@@ -192,12 +195,16 @@ class RolloutEngine:
 
     # -- episode life cycle -------------------------------------------------------------
     def _start(self, job: EpisodeJob, pool: ThreadPoolExecutor,
-               actor: ScriptedFactory | None) -> _Episode:
+               actor: ScriptedFactory | None, stats: RolloutStats) -> _Episode:
+        """Acquire the episode's env and reset it. Resets run one at a time: a reset may
+        generate its game first, and TextWorld's generator is not thread-safe (two resets
+        generating at once both fail)."""
         traj = Trajectory(job, objective="", first_observation="")
         gen = torch.Generator().manual_seed(job.sample_seed)
         prompt, parse = self._family_rules(job.env_id)
         ep = _Episode(job, None, traj, gen, [], prompt, parse,
                       scripted=actor(job) if actor else None)
+        waited = time.perf_counter()
         try:
             ep.env = self._acquire(job)
             obs, info = pool.submit(_checked_reset, ep.env, job.game_index).result(
@@ -206,6 +213,8 @@ class RolloutEngine:
             traj.end, traj.error = EpisodeEnd.ENV_ERROR, f"reset failed: {_describe(exc)}"
             ep.done = True
             return ep
+        finally:
+            stats.env_wait_seconds += time.perf_counter() - waited
         traj.objective, traj.first_observation, traj.max_score = info.objective, obs, info.max_score
         traj.start_progress = info.progress
         ep.observation, ep.info = obs, info
@@ -300,12 +309,15 @@ class RolloutEngine:
                 ep.traj.end, ep.done = EpisodeEnd.TRUNCATED_ACTION, True
                 continue
             stats.env_steps += 1
+            waited = time.perf_counter()
             try:
                 step = futures[i].result(timeout=max(0.0, deadline - time.monotonic()))
             except Exception as exc:
                 self._record(ep, prompt_ids, sample, actions[i], None, TurnStatus.ENV_ERROR)
                 ep.traj.end, ep.traj.error, ep.done = EpisodeEnd.ENV_ERROR, _describe(exc), True
                 continue
+            finally:
+                stats.env_wait_seconds += time.perf_counter() - waited
             status = TurnStatus.INVALID if step.info.invalid_action else TurnStatus.OK
             if not sample.ended:
                 status = TurnStatus.TRUNCATED
