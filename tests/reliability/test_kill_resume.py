@@ -31,7 +31,7 @@ from tripod.train.rl import train_rl
 cfg = load_config(overrides=json.loads(sys.argv[1]))
 train_rl(cfg, resume=Path(sys.argv[2]) if sys.argv[2] else None, quiet=True)
 """
-VOLATILE = {"time", "rollout_s", "tokens_per_s", "iteration_s"}
+VOLATILE = {"time", "rollout_s", "tokens_per_s", "iteration_s", "env_wait_s"}
 """Wall-clock metrics (they differ between any two runs)."""
 
 pytestmark = pytest.mark.slow
