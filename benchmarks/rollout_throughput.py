@@ -127,8 +127,7 @@ def _engine_runner(policy: Policy, args: argparse.Namespace, path: str
                                    prompt=PromptConfig(history_window=None))
         engine.arenas.clear()
         trajs, stats = engine.collect(jobs, sampling)
-        run.env_wait_s = stats.env_wait_seconds  # type: ignore[attr-defined]
-        return trajs, stats.env_steps, engine.arena_stats()
+        return trajs, stats.env_steps, engine.arena_stats(), stats.env_wait_seconds
 
     run.close = pool.close  # type: ignore[attr-defined]
     return run
@@ -195,7 +194,7 @@ def _naive_runner(policy: Policy, args: argparse.Namespace
                 steps += n
         finally:
             policy.model.train(was_training)
-        return trajs, steps, None
+        return trajs, steps, None, None   # env waits are not counted here
 
     run.close = env.close  # type: ignore[attr-defined]
     return run
@@ -239,12 +238,13 @@ def run_paths(policy: Policy, args: argparse.Namespace) -> dict[str, Any]:
         for r in range(args.repeats):
             for p in (args.paths if r % 2 == 0 else args.paths[::-1]):
                 before, start, cpu = loadavg(), time.perf_counter(), time.process_time()
-                trajs, steps, arena = runners[p](args.jobs, sampling, args.max_turns)
+                trajs, steps, arena, env_wait = runners[p](args.jobs, sampling,
+                                                           args.max_turns)
                 seconds = time.perf_counter() - start
                 results[p].append(_summary(p, seconds, trajs, steps, arena, fm, peaks[0],
                                            (before, loadavg())))
                 results[p][-1]["cpu_seconds"] = time.process_time() - cpu
-                results[p][-1]["env_wait_s"] = getattr(runners[p], "env_wait_s", None)
+                results[p][-1]["env_wait_s"] = env_wait
                 actions.setdefault(p, [[u.action_ids for u in t.turns] for t in trajs])
                 progress(f"{p} (round {r + 1}): {seconds:.1f} s, load {before[0]}")
     finally:
