@@ -175,6 +175,20 @@ def test_update_ab_reduced():
     assert len(r["loadavg"]) == 2
 
 
+def test_env_overlap_reduced():
+    """`benchmarks/env_overlap.py` on the tiny model: both arms play every episode's turns
+    with the same seeded sleeps; the overlapping arm went on decoding while slow steps ran
+    (those counts do not depend on timing: a 0.3 s step outlasts a 0 s overlap wait)."""
+    r = _run("env_overlap.py", "--overlap", "0.0")
+    default, overlap = r["arms"]["default (wait for every step)"], r["arms"]["env_overlap_s=0.0"]
+    for arm in (default, overlap):
+        assert arm["env_steps"] == 8 * 3 and arm["env_errors"] == 0
+        assert _finite(arm["wall_s_median"]) and arm["wall_s_median"] > 0
+        assert arm["generated_tokens"] > 0 and arm["decode_steps"] > 0
+    assert default["overlapped_steps"] == 0 and overlap["overlapped_steps"] > 0
+    assert default["wall_ratio_to_default"] == 1.0 and _finite(overlap["wall_ratio_to_default"])
+
+
 def test_counting_engine_keeps_counters_not_kv_caches(tiny_policy_factory, monkeypatch):
     """The benchmarks' engine reads the sampler's counters after a rollout; it must not keep
     the arenas (their KV caches) alive past `collect`, or the RL-iteration benchmark reports

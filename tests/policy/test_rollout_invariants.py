@@ -12,10 +12,12 @@ with the sampler (issue 13).
 from __future__ import annotations
 
 import gc
+import threading
 
 import pytest
 import torch
 
+from tripod.envs.toy import LettersEnv
 from tripod.policy.chat import PromptConfig
 from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
 from tripod.policy.sampler import KVArena, SamplingParams
@@ -159,6 +161,71 @@ def test_truncated_reply_ends_episode(tiny_policy_factory):
     for t in truncated:
         assert t.num_turns == 1 and t.end.value == "truncated_action"
         assert t.turns[0].status.value == "truncated"
+
+
+class GatedLetters(LettersEnv):
+    """`toy/letters-3` whose episode 0 holds its first step until `gate` opens; every other
+    episode counts its finished episodes in `finished` and opens the gate when all are done.
+    `log` lists (episode, turn) as steps return."""
+
+    def __init__(self, episode: int, gate: threading.Event, log: list, others: int) -> None:
+        super().__init__("toy/letters-3", turns=3)
+        self.episode, self.gate, self.log, self.others = episode, gate, log, others
+
+    def step(self, action):
+        if self.episode == 0 and self._turn == 0:
+            self.gate.wait(60)
+        step = super().step(action)
+        self.log.append((self.episode, self._turn))
+        done = sum(1 for e, t in self.log if e != 0 and t == self.turns)
+        if self.episode != 0 and step.terminated and done == self.others:
+            self.gate.set()
+        return step
+
+
+def _gated(policy, overlap, timeout=60.0, others=2):
+    gate, log = threading.Event(), []
+    cfg = RolloutConfig(max_turns=3, batch_size=others + 1, truncated_action="step",
+                        env_timeout_s=timeout, env_overlap_s=overlap)
+    engine = RolloutEngine(policy, cfg,
+                           env_factory=lambda job: GatedLetters(job.episode_id, gate, log,
+                                                                others))
+    try:
+        trajs, stats = engine.collect(make_jobs("toy/letters-3", "train", [0], others + 1, 0),
+                                      SamplingParams(temperature=0.7, max_new_tokens=6))
+    finally:
+        gate.set()  # a step still held (the default's time-out) returns and its thread ends
+        engine.close()
+    return trajs, stats, log
+
+
+def test_with_env_overlap_the_others_decode_while_a_step_runs(tiny_policy_factory):
+    """`env_overlap_s`: episode 0's first step returns only after the other episodes have
+    finished all 3 turns, which they can only do by decoding while it runs. Every episode
+    still plays its 3 turns token-exactly (invariants (1)-(3))."""
+    policy = tiny_policy_factory()
+    trajs, stats, log = _gated(policy, overlap=0.0)
+    assert [t.failed for t in trajs] == [False] * 3
+    assert [t.num_turns for t in trajs] == [3, 3, 3]
+    assert log.index((0, 1)) > max(log.index((1, 3)), log.index((2, 3)))
+    assert stats.overlapped_steps >= 1 and stats.env_steps == 9
+    _check_invariants(policy, trajs, 0.7)
+
+
+def test_without_env_overlap_a_turn_waits_for_every_step(tiny_policy_factory):
+    """The default waits for all of a turn's steps: the others cannot go on, so episode 0's
+    held step reaches the time-out (an env error) and only then do the others finish."""
+    trajs, stats, log = _gated(tiny_policy_factory(), overlap=None, timeout=1.0)
+    assert trajs[0].failed and "timed out" in trajs[0].error
+    assert [t.num_turns for t in trajs[1:]] == [3, 3] and not any(t.failed for t in trajs[1:])
+    assert stats.overlapped_steps == 0
+
+
+def test_with_env_overlap_a_hung_step_still_times_out(tiny_policy_factory):
+    """A step that never returns is an env error at its deadline while the others play on:
+    with no other episode (others=0) nothing opens the gate."""
+    trajs, stats, _ = _gated(tiny_policy_factory(), overlap=0.0, timeout=1.0, others=0)
+    assert trajs[0].failed and "timed out" in trajs[0].error and stats.env_errors == 1
 
 
 @pytest.mark.slow

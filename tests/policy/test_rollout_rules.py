@@ -167,3 +167,25 @@ def test_the_time_spent_waiting_for_envs_is_counted(tiny_policy_factory):
     turns = max(t.num_turns for t in trajs)
     assert turns >= 1
     assert 0.3 + 0.1 * turns <= stats.env_wait_seconds <= stats.seconds
+
+
+@pytest.mark.parametrize("overlap", [None, 0.0])
+def test_the_recipe_sets_env_overlap_and_training_logs_it(tiny_policy_factory, overlap):
+    """`rollout.env_overlap_s` reaches the engine through the recipe; an RL iteration's
+    metrics count the overlapped steps only when it is on (a timing-dependent count: off by
+    default, so the metrics of two equal runs stay equal)."""
+    from tripod.core.config import load_config
+    from tripod.train.common import rollout_config
+    from tripod.train.rl import collect
+
+    extra = [] if overlap is None else [f"rollout.env_overlap_s={overlap}"]
+    cfg = load_config(overrides=["model.name=tiny", "env.id=toy/letters-2", "env.max_turns=2",
+                                 "rollout.games_per_iter=2", "rollout.group_size=2",
+                                 "rollout.batch_size=4", "rollout.train.max_new_tokens=3",
+                                 "rollout.truncated_action=step", *extra])
+    assert rollout_config(cfg).env_overlap_s == overlap
+    engine = RolloutEngine(tiny_policy_factory(), rollout_config(cfg))
+    trajs, metrics = collect(engine, cfg, 0)
+    engine.close()
+    assert len(trajs) == 4 and not any(t.failed for t in trajs)
+    assert ("overlapped_steps" in metrics) == (overlap is not None)

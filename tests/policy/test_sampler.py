@@ -76,6 +76,32 @@ def test_multi_turn_rows_leave_join_and_stop_early(model, monkeypatch):
     assert sorted(r.slot for r in rows) == list(range(len(rows)))
 
 
+def test_a_row_sitting_out_keeps_its_cache(model):
+    """An episode waiting on its env sits out turns (`rollout.env_overlap_s`): a new row takes
+    its leading slot, its cache moves to a trailing one, and when it comes back it prefills
+    only its new tokens and samples exactly."""
+    rng = random.Random(7)
+    params = SamplingParams(temperature=0.7, max_new_tokens=5)
+    contexts = [_random_ids(rng, n) for n in (9, 30)]
+    rows = [RowState(), RowState()]
+    first = _turn(model, rows, contexts, params, [1, 2])
+    contexts = [c + x.ids + _random_ids(rng, 4) for c, x in zip(contexts, first)]
+    out, held = rows[0], rows[0].length
+    newcomer, new_ctx = RowState(), _random_ids(rng, 12)
+    second = _turn(model, [rows[1], newcomer], [contexts[1], new_ctx], params, [3, 4])
+    _assert_exact(model, [contexts[1], new_ctx], second, params.temperature)
+    arena = out.arena
+    assert arena is rows[1].arena and out.slot >= 2 and out.length == held
+    assert arena.owners[out.slot] is out
+    before = arena.stats.prefill_tokens
+    back = _turn(model, [out], [contexts[0]], params, [5])
+    _assert_exact(model, [contexts[0]], back, params.temperature)
+    assert arena.stats.prefill_tokens - before == len(contexts[0]) - held
+    assert out.slot == 0 and {rows[1].slot, newcomer.slot} & {0} == set()
+    out.release()
+    assert arena.owners.count(None) == len(arena.owners) - 2
+
+
 def test_batched_equals_alone_greedy(model):
     """A row's greedy action and logprobs do not depend on its batch neighbours."""
     rng = random.Random(1)

@@ -144,6 +144,12 @@ class RolloutSection(_Section):
     env_timeout_s: float = Field(30.0, gt=0.0)
     """An env step or reset slower than this is an env error (the episode is excluded from
     the loss and counted)."""
+    env_overlap_s: float | None = Field(None, ge=0.0)
+    """Within a rollout, how long to wait for a turn's env steps before the episodes whose
+    steps returned decode again without the rest (those rejoin when their steps return).
+    None waits for every step: batches never depend on env timing, so runs repeat exactly.
+    For envs with slow, uneven steps (SWE test runs): e.g. 0.5; `benchmarks/env_overlap.py`
+    measures it."""
     train: SamplingSection = Field(default_factory=SamplingSection)
     """Sampling for training rollouts."""
     eval: EvalSamplingSection = Field(default_factory=EvalSamplingSection)

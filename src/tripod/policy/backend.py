@@ -41,8 +41,9 @@ class GenerationBackend(Protocol):
                params: SamplingParams, generators: list[torch.Generator]) -> list[Sample]:
         """One reply per row. `contexts[i]` is row i's whole context so far (prompt, earlier
         replies and observations); `states[i]` is the row's handle across turns (a backend
-        may keep the row's cache under it; a fresh `RowState()` has nothing cached and rows
-        not passed may be forgotten); `generators[i]` is the row's own random stream."""
+        may keep the row's cache under it; a fresh `RowState()` has nothing cached; a row
+        not passed to a call keeps its cache for a later one, until `RowState.release`);
+        `generators[i]` is the row's own random stream."""
         ...
 
     def update_weights(self, state: Mapping[str, torch.Tensor]) -> None:

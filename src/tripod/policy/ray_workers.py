@@ -154,11 +154,14 @@ def lost_episode(job: EpisodeJob, exc: BaseException) -> Trajectory:
 
 
 def merge_stats(results: list[WorkerResult], seconds: float) -> RolloutStats:
-    """The workers' rollout statistics summed; `seconds` is the group's wall time."""
+    """The workers' rollout statistics summed; `seconds` is the group's wall time and the
+    env wait the longest of the workers' (they wait side by side)."""
     out = RolloutStats(seconds=seconds)
     for r in results:
         out.env_steps += r.stats.env_steps
         out.generated_tokens += r.stats.generated_tokens
+        out.overlapped_steps += r.stats.overlapped_steps
+        out.env_wait_seconds = max(out.env_wait_seconds, r.stats.env_wait_seconds)
     return out
 
 

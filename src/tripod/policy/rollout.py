@@ -7,6 +7,14 @@ them in one batched decode, and the environments are stepped in parallel threads
 per-step time-out. Finished episodes leave the batch and queued ones take their place, so the
 batch mixes episodes at different turns.
 
+Env work and decoding (`env_overlap_s`): by default the engine waits for every step of a turn
+before it decodes again, so which episodes share a decode batch never depends on env timing
+and a run is reproducible. With `env_overlap_s` set, it waits at most that long; episodes
+whose steps have returned decode their next turn while the others' steps go on in their
+threads, and those rejoin the batch once their steps return. That hides slow, uneven env
+steps (an SWE test run beside a `cat`) behind decoding, at the price of timing-dependent
+batches (sampled ids stay exact; a run is no longer bit-for-bit repeatable).
+
 Token-in-token-out: each `Turn` records the exact context ids and the sampled ids with their
 logprobs; training uses these ids, never a re-tokenization of decoded text. How a reply
 becomes an action is the env family's rule (`EnvFamily.action_parser`: the last command line
@@ -31,7 +39,7 @@ import random
 import time
 from collections import Counter, deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, field
 from typing import Literal
@@ -70,6 +78,7 @@ class RolloutConfig:
     max_turns: int = 12                                   # env.max_turns
     batch_size: int = 16                                  # rollout.batch_size
     env_timeout_s: float = 30.0                           # rollout.env_timeout_s
+    env_overlap_s: float | None = None                    # rollout.env_overlap_s
     truncated_action: Literal["end", "step"] = "end"      # rollout.truncated_action
     prompt: PromptConfig = field(default_factory=PromptConfig)   # prompt.*
     env_options: dict = field(default_factory=dict)       # env.options
@@ -93,6 +102,9 @@ class RolloutStats:
     env_wait_seconds: float = 0.0
     """Wall time the engine spent waiting for env resets and steps, nothing else running:
     the most that overlapping env work with decoding could hide."""
+    overlapped_steps: int = 0
+    """Env steps still running when the engine went on decoding other episodes
+    (`env_overlap_s`): their episodes rejoined the batch later."""
 
     @property
     def episodes_per_s(self) -> float:
@@ -105,6 +117,20 @@ class RolloutStats:
     @property
     def tokens_per_s(self) -> float:
         return self.generated_tokens / max(self.seconds, 1e-9)
+
+
+@dataclass
+class _PendingStep:
+    """An env step sent and not yet taken back, with what its turn record needs."""
+
+    future: Future
+    deadline: float
+    """`time.monotonic()` past which the step is an env error (timed out)."""
+    prompt_ids: list[int]
+    sample: Sample
+    action: str
+    overlapped: bool = False
+    """Decoding went on while it ran (counted once in `RolloutStats.overlapped_steps`)."""
 
 
 @dataclass
@@ -122,6 +148,8 @@ class _Episode:
     info: StepInfo = field(default_factory=StepInfo)
     """The env's latest info (the expert's next action, admissible actions)."""
     scripted: ScriptedPolicy | None = None
+    pending: _PendingStep | None = None
+    """Its env step in flight; the episode does not decode until it is taken back."""
     done: bool = False
 
 
@@ -173,10 +201,12 @@ class RolloutEngine:
             while queue or active:
                 while queue and len(active) < self.cfg.batch_size:
                     active.append(self._start(queue.popleft(), pool, actor, stats))
-                self._end_over_context(active, sampling, actor)
-                playing = [e for e in active if not e.done]
+                self._end_over_context([e for e in active if e.pending is None], sampling,
+                                       actor)
+                playing = [e for e in active if not e.done and e.pending is None]
                 if playing:
                     self._turn(playing, sampling, pool, stats)
+                self._take_steps(active, stats)
                 for ep in [e for e in active if e.done]:
                     finished[ep.job.episode_id] = ep.traj
                     ep.row.release()
@@ -291,6 +321,7 @@ class RolloutEngine:
 
     def _turn(self, active: list[_Episode], sampling: SamplingParams,
               pool: ThreadPoolExecutor, stats: RolloutStats) -> None:
+        """Sample every episode's reply and send its action to its env (not waited for)."""
         scripted = active[0].scripted is not None
         samples = self._scripted(active) if scripted else self._sample(active, sampling)
         stats.generated_tokens += sum(len(s.ids) for s in samples)
@@ -299,7 +330,7 @@ class RolloutEngine:
         futures = {i: pool.submit(_checked_step, ep.env, actions[i])
                    for i, (ep, s) in enumerate(zip(active, samples))
                    if s.ended or self.cfg.truncated_action == "step"}
-        # one deadline for the whole turn: no step is waited for past the time-out
+        # the steps of a turn share one deadline: none is waited for past the time-out
         deadline = time.monotonic() + self.cfg.env_timeout_s
         for i, (ep, sample) in enumerate(zip(active, samples)):
             prompt_ids = list(ep.context)
@@ -309,20 +340,65 @@ class RolloutEngine:
                 ep.traj.end, ep.done = EpisodeEnd.TRUNCATED_ACTION, True
                 continue
             stats.env_steps += 1
-            waited = time.perf_counter()
-            try:
-                step = futures[i].result(timeout=max(0.0, deadline - time.monotonic()))
-            except Exception as exc:
-                self._record(ep, prompt_ids, sample, actions[i], None, TurnStatus.ENV_ERROR)
-                ep.traj.end, ep.traj.error, ep.done = EpisodeEnd.ENV_ERROR, _describe(exc), True
-                continue
-            finally:
-                stats.env_wait_seconds += time.perf_counter() - waited
-            status = TurnStatus.INVALID if step.info.invalid_action else TurnStatus.OK
-            if not sample.ended:
-                status = TurnStatus.TRUNCATED
-            self._record(ep, prompt_ids, sample, actions[i], step, status)
-            self._after_step(ep, step, actions[i])
+            ep.pending = _PendingStep(futures[i], deadline, prompt_ids, sample, actions[i])
+
+    def _take_steps(self, active: list[_Episode], stats: RolloutStats) -> None:
+        """Wait for the env steps in flight and record the ones that returned.
+
+        Without `env_overlap_s`, every step is waited for (up to its deadline). With it, the
+        steps just sent are waited for at most `env_overlap_s` (steps already overlapped are
+        only checked), then for one step if none has returned; steps still running stay in
+        flight and their episodes sit out the next decode. A step past its deadline ends its
+        episode as an env error either way.
+        """
+        flying = [e for e in active if e.pending is not None]
+        if not flying:
+            return
+        futures = [e.pending.future for e in flying]
+        waited = time.perf_counter()
+        until = max(e.pending.deadline for e in flying)
+        overlap = self.cfg.env_overlap_s
+        if overlap is None:
+            wait(futures, timeout=max(0.0, until - time.monotonic()))
+        else:  # wait for the steps just sent, not again for those already overlapped
+            first = min(e.pending.deadline for e in flying)
+            fresh = [e.pending.future for e in flying if not e.pending.overlapped]
+            if fresh:
+                wait(fresh, timeout=max(0.0, min(overlap, first - time.monotonic())))
+            if not any(f.done() for f in futures):  # nothing to decode: wait for one
+                wait(futures, timeout=max(0.0, first - time.monotonic()),
+                     return_when=FIRST_COMPLETED)
+        stats.env_wait_seconds += time.perf_counter() - waited
+        now = time.monotonic()
+        for ep in flying:
+            pending = ep.pending
+            if pending.future.done():
+                ep.pending = None
+                self._took(ep, pending)
+            elif overlap is None or now >= pending.deadline:  # (None: the wait timed out)
+                ep.pending = None
+                self._record(ep, pending.prompt_ids, pending.sample, pending.action, None,
+                             TurnStatus.ENV_ERROR)
+                ep.traj.end, ep.traj.error, ep.done = (
+                    EpisodeEnd.ENV_ERROR, _describe(FutureTimeout()), True)
+            elif not pending.overlapped:
+                pending.overlapped = True
+                stats.overlapped_steps += 1
+
+    def _took(self, ep: _Episode, pending: _PendingStep) -> None:
+        """Record the turn whose env step returned (or raised) and move the episode on."""
+        sample, action = pending.sample, pending.action
+        try:
+            step = pending.future.result(timeout=0)
+        except Exception as exc:
+            self._record(ep, pending.prompt_ids, sample, action, None, TurnStatus.ENV_ERROR)
+            ep.traj.end, ep.traj.error, ep.done = EpisodeEnd.ENV_ERROR, _describe(exc), True
+            return
+        status = TurnStatus.INVALID if step.info.invalid_action else TurnStatus.OK
+        if not sample.ended:
+            status = TurnStatus.TRUNCATED
+        self._record(ep, pending.prompt_ids, sample, action, step, status)
+        self._after_step(ep, step, action)
 
     def _record(self, ep: _Episode, prompt_ids: list[int], sample, action: str,
                 step: Step | None, status: TurnStatus) -> None:

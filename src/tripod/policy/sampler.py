@@ -49,7 +49,7 @@ class RowState:
     """One episode's place in a `KVArena`: which slot, and how many positions hold its tokens.
 
     A fresh `RowState()` has nothing cached; `sample_turn` gives it a slot. Identity matters
-    (eq=False): the arena frees the slots of rows that are no longer passed to it.
+    (eq=False): the arena tells the rows of a batch from the rows sitting it out.
     """
 
     length: int = 0
@@ -142,27 +142,47 @@ class KVArena:
         self.capacity = capacity
 
     def assign(self, rows: list[RowState]) -> None:
-        """Give every row a slot in 0..len(rows)-1; slots of rows not passed are freed.
+        """Give the batch's rows the slots 0..len(rows)-1, keeping every cache.
 
-        Keeping the batch in the leading slots lets decoding read the arena as a view.
+        Keeping the batch in the leading slots lets decoding read the arena as a view. Rows
+        not passed keep their caches (an episode waiting on its env sits out a turn): one in
+        a leading slot the batch needs is moved to a trailing slot. Slots whose rows were
+        released (`RowState.release`) are reused.
         """
-        self.reserve(len(rows), 1)
-        live = {id(r) for r in rows}
         for s, owner in enumerate(self.owners):
-            if owner is not None and (id(owner) not in live or owner.arena is not self):
+            if owner is not None and (owner.arena is not self or owner.slot != s):
                 self.owners[s] = None
-        free = [s for s in range(len(rows)) if self.owners[s] is None]
+        live = {id(r) for r in rows}
+        idle = sum(o is not None and id(o) not in live for o in self.owners)
+        self.reserve(len(rows) + idle, 1)
+        n = len(rows)
         for row in rows:
-            if row.arena is self and row.slot < len(rows):
+            if row.arena is self and row.slot < n:
                 continue
-            dst = free.pop(0)
+            dst = next(s for s in range(n) if self.owners[s] is None
+                       or id(self.owners[s]) not in live)
+            if self.owners[dst] is not None:  # a row sitting out: to a free trailing slot
+                self._move(self.owners[dst], self._free_trailing(n))
             if row.arena is self:  # move a row from a trailing slot into the batch's range
-                self.copy(row.slot, dst, row.length)
-                self.owners[row.slot] = None
+                self._move(row, dst)
             else:  # a new row (or one from another arena): nothing cached yet
                 row.length = 0
-            row.arena, row.slot = self, dst
-            self.owners[dst] = row
+                row.arena, row.slot = self, dst
+                self.owners[dst] = row
+
+    def _free_trailing(self, n: int) -> int:
+        free = [s for s in range(n, len(self.owners)) if self.owners[s] is None]
+        if not free:
+            self.reserve(len(self.owners) + 1, 1)
+            return len(self.owners) - 1
+        return free[0]
+
+    def _move(self, row: RowState, dst: int) -> None:
+        """Copy a row's cache to the free slot `dst` and free its old slot."""
+        self.copy(row.slot, dst, row.length)
+        self.owners[row.slot] = None
+        row.slot = dst
+        self.owners[dst] = row
 
     def copy(self, src: int, dst: int, length: int) -> None:
         for buffers in (self.keys, self.values):
@@ -244,7 +264,8 @@ def sample_turn(model: PreTrainedModel, rows: list[RowState], contexts: list[lis
     cache is extended with the part it does not hold yet, then every row decodes at once.
 
     Afterwards each row's cache holds every sampled token except the last one, which comes
-    back as the first new token of its next context. Rows not passed lose their slots.
+    back as the first new token of its next context. Rows not passed keep their caches
+    (moved out of the batch's slots if need be) until `RowState.release`.
     """
     arena = next((r.arena for r in rows if r.arena is not None), None)
     if arena is None:

@@ -104,6 +104,7 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutCon
     return RolloutConfig(max_turns=max_turns or cfg.env.max_turns,
                          batch_size=cfg.rollout.batch_size,
                          env_timeout_s=cfg.rollout.env_timeout_s,
+                         env_overlap_s=cfg.rollout.env_overlap_s,
                          truncated_action=cfg.rollout.truncated_action,
                          prompt=cfg.prompt.model_copy(), env_options=dict(cfg.env.options),
                          faults=cfg.env.faults,

@@ -103,12 +103,14 @@ def collect(engine: RolloutEngine | RolloutWorkers, cfg: TrainConfig, iteration:
                                   sampling_params(cfg.rollout.train))
     faults = sum(engine.faults_injected.values()) - faults_before
     parts = parallel.gather([(trajs, stats.generated_tokens, stats.seconds, faults,
-                              stats.env_wait_seconds)])
+                              stats.env_wait_seconds, stats.overlapped_steps)])
     by_id = {t.job.episode_id: t for (part,) in parts for t in part[0]}
     seconds = max(part[2] for (part,) in parts)
     tokens = sum(part[1] for (part,) in parts)
     metrics = {"rollout_s": seconds, "tokens_per_s": tokens / max(seconds, 1e-9),
                "env_wait_s": max(part[4] for (part,) in parts)}
+    if cfg.rollout.env_overlap_s is not None:  # steps that ran while others decoded
+        metrics["overlapped_steps"] = float(sum(part[5] for (part,) in parts))
     if cfg.env.faults.rate > 0:  # fault injection on: how many this iteration (all ranks)
         metrics["faults_injected"] = float(sum(part[3] for (part,) in parts))
     return [by_id[j.episode_id] for j in jobs], metrics
