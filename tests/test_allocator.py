@@ -19,14 +19,28 @@ def test_reexec_preloads_jemalloc_once(monkeypatch):
     monkeypatch.setattr(allocator.os, "execve", lambda *a: calls.append(a))
     monkeypatch.setenv(allocator.ENV, "jemalloc")
     monkeypatch.setenv("LD_PRELOAD", "")
+    monkeypatch.delenv("MALLOC_CONF", raising=False)
     allocator.reexec_if_asked(["envs", "list"])
     (exe, argv, env), = calls
     assert exe == sys.executable and argv[1:] == ["-m", "tripod.cli", "envs", "list"]
     assert env["LD_PRELOAD"] == lib and env[allocator.ENV] == "jemalloc"
+    assert env["MALLOC_CONF"] == "background_thread:true"   # purging off the hot path
     monkeypatch.delenv(allocator._MARK, raising=False)
     monkeypatch.setenv("LD_PRELOAD", lib)     # the re-executed process: runs as is
     allocator.reexec_if_asked(["envs", "list"])
     assert len(calls) == 1
+
+
+def test_a_users_malloc_conf_is_kept(monkeypatch):
+    if allocator.find_jemalloc() is None:
+        pytest.skip("no jemalloc library on this machine")
+    calls = []
+    monkeypatch.setattr(allocator.os, "execve", lambda *a: calls.append(a))
+    monkeypatch.setenv(allocator.ENV, "jemalloc")
+    monkeypatch.setenv("LD_PRELOAD", "")
+    monkeypatch.setenv("MALLOC_CONF", "dirty_decay_ms:0")
+    allocator.reexec_if_asked(["envs"])
+    assert calls[0][2]["MALLOC_CONF"] == "dirty_decay_ms:0"
 
 
 def test_default_and_unknown_choices(monkeypatch):

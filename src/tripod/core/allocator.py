@@ -4,8 +4,9 @@ glibc's malloc keeps most of what a training process frees (the update's activat
 rollout's KV caches) resident; jemalloc hands freed pages back after a short decay, which
 lowers the process's resident memory between phases and its peak (docs/performance.md has
 the measurements). An allocator has to be loaded before the interpreter starts, so the
-`tripod` command re-executes itself once with the library in `LD_PRELOAD`. Where no jemalloc
-library is found the command says so and runs on glibc.
+`tripod` command re-executes itself once with the library in `LD_PRELOAD` (and `MALLOC_CONF`
+set to `MALLOC_CONF` below unless already set). Where no jemalloc library is found the
+command says so and runs on glibc.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from pathlib import Path
 ENV = "TRIPOD_ALLOCATOR"
 _MARK = "TRIPOD_ALLOCATOR_REEXEC"   # set on the re-executed process only
 CHOICES = ("jemalloc", "glibc")
+MALLOC_CONF = "background_thread:true"
+"""jemalloc's settings unless `MALLOC_CONF` is set: pages are purged by a background thread
+instead of inside the allocating calls (one RL iteration: +9% wall time over glibc without
+it, +0-2% with it; docs/performance.md)."""
 
 # Debian's libjemalloc2, then the copy Ray ships in its wheel (an extra of tripod).
 _KNOWN = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",
@@ -80,6 +85,7 @@ def reexec_if_asked(argv: list[str]) -> None:
         return
     env = dict(os.environ)
     env["LD_PRELOAD"] = ":".join(p for p in (lib, env.get("LD_PRELOAD", "")) if p)
+    env.setdefault("MALLOC_CONF", MALLOC_CONF)
     env[_MARK] = "1"
     sys.stdout.flush()
     sys.stderr.flush()
