@@ -37,6 +37,13 @@ def command_line() -> str:
     return " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
 
 
+def machine_facts(load_before: list[float]) -> dict[str, Any]:
+    """CPUs, torch threads and version, and the load average before and now."""
+    return {"nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__, "loadavg_before": load_before,
+            "loadavg_after": loadavg()}
+
+
 # -- the machine's matmul peak -------------------------------------------------------------
 def matmul_peak() -> float:
     """Best fp32 GFLOP/s of `torch.mm` over a few shapes (one of them the model's MLP)."""

@@ -28,13 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import random
 import statistics
 import time
 
 import torch
-from _common import ArenaCountingEngine, command_line, loadavg, progress
+from _common import ArenaCountingEngine, command_line, loadavg, machine_facts, progress
 
 from tripod.envs.toy import LettersEnv
 from tripod.policy import load_policy
@@ -154,9 +153,7 @@ def main() -> None:
                   f"(4 per game), {args.max_new_tokens} new tokens per reply at T=0.7, every "
                   f"step sleeps {args.slow_s} s with p={args.slow_p} else {args.fast_s} s "
                   f"(seeded per episode and turn), {args.rounds} rounds after a warm-up"),
-        "machine": {"nproc": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                    "torch": torch.__version__, "loadavg_before": load_before,
-                    "loadavg_after": loadavg()},
+        "machine": machine_facts(load_before),
         "arms": arms,
     }
     if args.json:
