@@ -149,8 +149,8 @@ class ArenaCountingEngine(RolloutEngine):
         super().__init__(*args, **kwargs)
         self.arenas: dict[int, ArenaStats] = {}
 
-    def _sample(self, active, sampling):
-        samples = super()._sample(active, sampling)
+    def _sample(self, active, sampling, arena=None):
+        samples = super()._sample(active, sampling, arena)
         arena = active[0].row.arena
         self.arenas[id(arena.stats)] = arena.stats
         return samples

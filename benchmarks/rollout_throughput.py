@@ -87,11 +87,12 @@ class _CountingEngine(ArenaCountingEngine):
         super().__init__(*args, **kwargs)
         self.reuse = reuse
 
-    def _sample(self, active, sampling):
+    def _sample(self, active, sampling, arena=None):
         if not self.reuse:  # forget every cache: the whole context is prefilled again
             for ep in active:
+                ep.row.release()
                 ep.row = RowState()
-        return super()._sample(active, sampling)
+        return super()._sample(active, sampling, arena)
 
 
 class _SerialEnv:

@@ -183,9 +183,9 @@ class GatedLetters(LettersEnv):
         return step
 
 
-def _gated(policy, overlap, timeout=60.0, others=2):
+def _gated(policy, overlap, timeout=60.0, others=2, batch=None):
     gate, log = threading.Event(), []
-    cfg = RolloutConfig(max_turns=3, batch_size=others + 1, truncated_action="step",
+    cfg = RolloutConfig(max_turns=3, batch_size=batch or others + 1, truncated_action="step",
                         env_timeout_s=timeout, env_overlap_s=overlap)
     engine = RolloutEngine(policy, cfg,
                            env_factory=lambda job: GatedLetters(job.episode_id, gate, log,
@@ -209,6 +209,23 @@ def test_with_env_overlap_the_others_decode_while_a_step_runs(tiny_policy_factor
     assert [t.num_turns for t in trajs] == [3, 3, 3]
     assert log.index((0, 1)) > max(log.index((1, 3)), log.index((2, 3)))
     assert stats.overlapped_steps >= 1 and stats.env_steps == 9
+    _check_invariants(policy, trajs, 0.7)
+
+
+def test_new_episodes_join_the_arena_of_the_episodes_in_flight(tiny_policy_factory,
+                                                               monkeypatch):
+    """Batch of 3, 4 episodes: episode 3 starts when 1 and 2 finish and decodes alone while
+    episode 0's step is held. It must take a slot in the rollout's one arena (a second
+    arena would hold the caches twice), and everything stays token-exact."""
+    made = []
+    init = KVArena.__init__
+    monkeypatch.setattr(KVArena, "__init__",
+                        lambda self, *a, **k: (made.append(self), init(self, *a, **k))[1])
+    policy = tiny_policy_factory()
+    trajs, stats, log = _gated(policy, overlap=0.0, others=3, batch=3)
+    assert [t.num_turns for t in trajs] == [3, 3, 3, 3] and not any(t.failed for t in trajs)
+    assert log.index((0, 1)) > log.index((3, 3))   # episode 3 played while 0 was held
+    assert len(made) == 1
     _check_invariants(policy, trajs, 0.7)
 
 

@@ -63,7 +63,7 @@ from tripod.policy.chat import (
     turn_delta_text,
 )
 from tripod.policy.models import Policy
-from tripod.policy.sampler import RowState, Sample, SamplingParams, sample_turn
+from tripod.policy.sampler import KVArena, RowState, Sample, SamplingParams, sample_turn
 
 ScriptedFactory = Callable[[EpisodeJob], ScriptedPolicy]
 """Builds the scripted policy of one episode (seeded from the job: episodes stay
@@ -204,8 +204,9 @@ class RolloutEngine:
                 self._end_over_context([e for e in active if e.pending is None], sampling,
                                        actor)
                 playing = [e for e in active if not e.done and e.pending is None]
-                if playing:
-                    self._turn(playing, sampling, pool, stats)
+                if playing:  # one arena for the rollout, even when only new rows decode
+                    held = next((e.row.arena for e in active if e.row.arena is not None), None)
+                    self._turn(playing, sampling, pool, stats, held)
                 self._take_steps(active, stats)
                 for ep in [e for e in active if e.done]:
                     finished[ep.job.episode_id] = ep.traj
@@ -304,11 +305,12 @@ class RolloutEngine:
                                  f" new tokens exceeds the context of {self.context_length}")
 
     # -- one turn for every active episode -------------------------------------------------
-    def _sample(self, active: list[_Episode], sampling: SamplingParams) -> list[Sample]:
+    def _sample(self, active: list[_Episode], sampling: SamplingParams,
+                arena: KVArena | None = None) -> list[Sample]:
         return sample_turn(self.policy.model, [ep.row for ep in active],
                            [ep.context for ep in active], sampling,
                            [ep.generator for ep in active], self.policy.eos_token_ids,
-                           self.policy.pad_token_id)
+                           self.policy.pad_token_id, arena)
 
     def _scripted(self, active: list[_Episode]) -> list[Sample]:
         tok, eos = self.policy.tokenizer, self.policy.eos_token_ids[0]
@@ -320,10 +322,13 @@ class RolloutEngine:
         return samples
 
     def _turn(self, active: list[_Episode], sampling: SamplingParams,
-              pool: ThreadPoolExecutor, stats: RolloutStats) -> None:
-        """Sample every episode's reply and send its action to its env (not waited for)."""
+              pool: ThreadPoolExecutor, stats: RolloutStats,
+              arena: KVArena | None = None) -> None:
+        """Sample every episode's reply and send its action to its env (not waited for).
+        `arena`: the KV arena of the episodes in flight, for new episodes to join."""
         scripted = active[0].scripted is not None
-        samples = self._scripted(active) if scripted else self._sample(active, sampling)
+        samples = (self._scripted(active) if scripted
+                   else self._sample(active, sampling, arena))
         stats.generated_tokens += sum(len(s.ids) for s in samples)
         texts = [self.policy.tokenizer.decode(s.ids, skip_special_tokens=True) for s in samples]
         actions = [ep.parse(t) for ep, t in zip(active, texts)]

@@ -259,15 +259,18 @@ def _forward(model: PreTrainedModel, arena: KVArena, slots: list[int], ids: torc
 # -- one turn: prefill what each row has not seen, then decode all rows together ----------------
 def sample_turn(model: PreTrainedModel, rows: list[RowState], contexts: list[list[int]],
                 params: SamplingParams, generators: list[torch.Generator],
-                eos_ids: tuple[int, ...], pad_id: int) -> list[Sample]:
+                eos_ids: tuple[int, ...], pad_id: int,
+                arena: KVArena | None = None) -> list[Sample]:
     """Sample one action per row. `contexts[i]` is row i's whole context so far; the row's
     cache is extended with the part it does not hold yet, then every row decodes at once.
 
     Afterwards each row's cache holds every sampled token except the last one, which comes
     back as the first new token of its next context. Rows not passed keep their caches
-    (moved out of the batch's slots if need be) until `RowState.release`.
+    (moved out of the batch's slots if need be) until `RowState.release`. `arena` is the
+    arena to use when no row passed holds one yet (the arena of rows sitting the turn out);
+    by default the first row's, else a new one.
     """
-    arena = next((r.arena for r in rows if r.arena is not None), None)
+    arena = next((r.arena for r in rows if r.arena is not None), arena)
     if arena is None:
         arena = KVArena(model, len(rows), max(map(len, contexts)) + params.max_new_tokens)
     arena.assign(rows)
