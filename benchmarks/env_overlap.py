@@ -1,7 +1,7 @@
 """Uneven env steps overlapped with decoding inside one rollout (`rollout.env_overlap_s`).
 
     python benchmarks/env_overlap.py [--model smollm2-135m|tiny|PATH] [--overlap 0.1 ...]
-        [--slow-s 2.0] [--slow-p 0.25] [--fast-s 0.02] [--turns 6] [--episodes 16]
+        [--env letters|swe] [--slow-s 2.0] [--slow-p 0.25] [--fast-s 0.02] [--turns 6] [--episodes 16]
         [--max-new-tokens 16] [--rounds 2] [--threads 2] [--json] [--tiny]
 
 A stand-in for SWE tasks, where most actions are quick (a `cat`, an edit) and some run the
@@ -21,6 +21,11 @@ batches, which costs per-step overhead), steps that ran while others decoded, an
 to the default's wall time. The load average is printed before and after: on a shared
 machine compare the ratios of one run. Nothing is asserted.
 
+`--env swe` plays `swe/generated-easy` instead: each step runs the task's tests in the
+sandbox with probability `--slow-p` (whatever the model wrote) and lists the repository
+otherwise. The test runs are real work on the same 2 cores the decoding uses, so this shows
+what overlapping gains when env work is not free waiting.
+
 `--tiny` is a reduced run for tests (tiny model, short sleeps): its numbers mean nothing.
 """
 
@@ -35,6 +40,7 @@ import time
 import torch
 from _common import ArenaCountingEngine, command_line, loadavg, machine_facts, progress
 
+from tripod.envs.registry import make
 from tripod.envs.toy import LettersEnv
 from tripod.policy import load_policy
 from tripod.policy.chat import PromptConfig
@@ -58,14 +64,43 @@ class UnevenLetters(LettersEnv):
         return super().step(action)
 
 
+class MixedSwe:
+    """`swe/generated-easy` whose step, whatever the model wrote, runs the task's tests in the
+    sandbox with probability `slow_p` and lists the repository otherwise (seeded per episode
+    and turn): real test runs beside quick tool calls. Unlike a sleep, a test run takes CPU
+    from the decoding it overlaps, on the same cores."""
+
+    def __init__(self, episode: int, slow_p: float) -> None:
+        self.episode, self.slow_p, self.turn = episode, slow_p, 0
+        self._env = make("swe/generated-easy", split="train")
+
+    def reset(self, game_index: int):
+        self.turn = 0
+        return self._env.reset(game_index)
+
+    def step(self, action: str):
+        draw = random.Random(f"{SEED}:{self.episode}:{self.turn}").random()
+        self.turn += 1
+        return self._env.step("run_tests" if draw < self.slow_p else "list")
+
+    def close(self) -> None:
+        self._env.close()
+
+
+def _env_factory(args):
+    if args.env == "swe":
+        return "swe/generated-easy", lambda job: MixedSwe(job.episode_id, args.slow_p)
+    return f"toy/letters-{args.turns}", lambda job: UnevenLetters(
+        job.episode_id, args.turns, args.slow_s, args.slow_p, args.fast_s)
+
+
 def collect(policy, args, overlap: float | None) -> dict:
     cfg = RolloutConfig(max_turns=args.turns, batch_size=args.episodes,
                         truncated_action="step", prompt=PromptConfig(),
                         env_timeout_s=60.0 + 10 * args.slow_s, env_overlap_s=overlap)
-    engine = ArenaCountingEngine(policy, cfg, env_factory=lambda job: UnevenLetters(
-        job.episode_id, args.turns, args.slow_s, args.slow_p, args.fast_s))
-    jobs = make_jobs(f"toy/letters-{args.turns}", "train", list(range(args.episodes // 4)),
-                     4, seed=SEED)
+    env_id, factory = _env_factory(args)
+    engine = ArenaCountingEngine(policy, cfg, env_factory=factory)
+    jobs = make_jobs(env_id, "train", list(range(args.episodes // 4)), 4, seed=SEED)
     sampling = SamplingParams(temperature=0.7, max_new_tokens=args.max_new_tokens)
     trajs, stats = engine.collect(jobs, sampling)
     engine.close()
@@ -114,6 +149,14 @@ def run(policy, args) -> dict:
     return summary
 
 
+def _steps(args) -> str:
+    if args.env == "swe":
+        return (f"swe/generated-easy, each step runs the tests with p={args.slow_p} else "
+                "lists the repository (seeded per episode and turn)")
+    return (f"toy/letters-{args.turns}, each step sleeps {args.slow_s} s with p={args.slow_p} "
+            f"else {args.fast_s} s (seeded per episode and turn)")
+
+
 def _name(overlap: float | None) -> str:
     return "default (wait for every step)" if overlap is None else f"env_overlap_s={overlap}"
 
@@ -121,6 +164,9 @@ def _name(overlap: float | None) -> str:
 def _args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--model", default="smollm2-135m")
+    p.add_argument("--env", choices=["letters", "swe"], default="letters",
+                   help="letters: sleeps; swe: real sandboxed test runs (p = --slow-p) "
+                        "beside `list` calls on swe/generated-easy")
     p.add_argument("--overlap", type=float, nargs="+", default=[0.1],
                    help="env_overlap_s values to compare with the default")
     p.add_argument("--slow-s", type=float, default=2.0, help="a slow step's sleep (s)")
@@ -149,10 +195,9 @@ def main() -> None:
     arms = run(policy, args)
     report = {
         "command": command,
-        "setup": (f"{args.model}, toy/letters-{args.turns}, {args.episodes} episodes batched "
-                  f"(4 per game), {args.max_new_tokens} new tokens per reply at T=0.7, every "
-                  f"step sleeps {args.slow_s} s with p={args.slow_p} else {args.fast_s} s "
-                  f"(seeded per episode and turn), {args.rounds} rounds after a warm-up"),
+        "setup": (f"{args.model}, {_steps(args)}, {args.episodes} episodes batched (4 per "
+                  f"game), {args.turns} turns, {args.max_new_tokens} new tokens per reply at "
+                  f"T=0.7, {args.rounds} rounds after a warm-up"),
         "machine": machine_facts(load_before),
         "arms": arms,
     }

@@ -148,8 +148,9 @@ class RolloutSection(_Section):
     """Within a rollout, how long to wait for a turn's env steps before the episodes whose
     steps returned decode again without the rest (those rejoin when their steps return).
     None waits for every step: batches never depend on env timing, so runs repeat exactly.
-    For envs with slow, uneven steps (SWE test runs): e.g. 0.5; `benchmarks/env_overlap.py`
-    measures it."""
+    For slow, uneven steps that wait on something other than the cores decoding uses (a
+    remote sandbox, I/O): e.g. 0.1. SWE test runs on the same 2 cores gained nothing
+    (`benchmarks/env_overlap.py`, docs/performance.md)."""
     train: SamplingSection = Field(default_factory=SamplingSection)
     """Sampling for training rollouts."""
     eval: EvalSamplingSection = Field(default_factory=EvalSamplingSection)

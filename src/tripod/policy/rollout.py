@@ -12,8 +12,9 @@ before it decodes again, so which episodes share a decode batch never depends on
 and a run is reproducible. With `env_overlap_s` set, it waits at most that long; episodes
 whose steps have returned decode their next turn while the others' steps go on in their
 threads, and those rejoin the batch once their steps return. That hides slow, uneven env
-steps (an SWE test run beside a `cat`) behind decoding, at the price of timing-dependent
-batches (sampled ids stay exact; a run is no longer bit-for-bit repeatable).
+steps behind decoding when they wait on something other than the cores decoding uses (on
+2 cores, sandboxed SWE test runs gained nothing), at the price of timing-dependent batches
+(sampled ids stay exact; a run is no longer bit-for-bit repeatable).
 
 Token-in-token-out: each `Turn` records the exact context ids and the sampled ids with their
 logprobs; training uses these ids, never a re-tokenization of decoded text. How a reply
