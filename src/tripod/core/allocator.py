@@ -21,8 +21,8 @@ _MARK = "TRIPOD_ALLOCATOR_REEXEC"   # set on the re-executed process only
 CHOICES = ("jemalloc", "glibc")
 MALLOC_CONF = "background_thread:true"
 """jemalloc's settings unless `MALLOC_CONF` is set: pages are purged by a background thread
-instead of inside the allocating calls (one RL iteration: +9% wall time over glibc without
-it, +0-2% with it; docs/performance.md)."""
+instead of inside the allocating calls (one RL iteration, interleaved runs: +6-13% wall time
+over glibc without it, +1-5% with it; docs/performance.md)."""
 
 # Debian's libjemalloc2, then the copy Ray ships in its wheel (an extra of tripod).
 _KNOWN = ("/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "/usr/lib/aarch64-linux-gnu/libjemalloc.so.2",

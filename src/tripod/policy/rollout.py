@@ -362,10 +362,9 @@ class RolloutEngine:
             return
         futures = [e.pending.future for e in flying]
         waited = time.perf_counter()
-        until = max(e.pending.deadline for e in flying)
         overlap = self.cfg.env_overlap_s
-        if overlap is None:
-            wait(futures, timeout=max(0.0, until - time.monotonic()))
+        if overlap is None:  # the steps of one turn: one shared deadline
+            wait(futures, timeout=max(0.0, flying[0].pending.deadline - time.monotonic()))
         else:  # wait for the steps just sent, not again for those already overlapped
             first = min(e.pending.deadline for e in flying)
             fresh = [e.pending.future for e in flying if not e.pending.overlapped]
@@ -383,10 +382,7 @@ class RolloutEngine:
                 self._took(ep, pending)
             elif overlap is None or now >= pending.deadline:  # (None: the wait timed out)
                 ep.pending = None
-                self._record(ep, pending.prompt_ids, pending.sample, pending.action, None,
-                             TurnStatus.ENV_ERROR)
-                ep.traj.end, ep.traj.error, ep.done = (
-                    EpisodeEnd.ENV_ERROR, _describe(FutureTimeout()), True)
+                self._env_error(ep, pending, _describe(FutureTimeout()))
             elif not pending.overlapped:
                 pending.overlapped = True
                 stats.overlapped_steps += 1
@@ -397,14 +393,20 @@ class RolloutEngine:
         try:
             step = pending.future.result(timeout=0)
         except Exception as exc:
-            self._record(ep, pending.prompt_ids, sample, action, None, TurnStatus.ENV_ERROR)
-            ep.traj.end, ep.traj.error, ep.done = EpisodeEnd.ENV_ERROR, _describe(exc), True
+            self._env_error(ep, pending, _describe(exc))
             return
         status = TurnStatus.INVALID if step.info.invalid_action else TurnStatus.OK
         if not sample.ended:
             status = TurnStatus.TRUNCATED
         self._record(ep, pending.prompt_ids, sample, action, step, status)
         self._after_step(ep, step, action)
+
+    def _env_error(self, ep: _Episode, pending: _PendingStep, error: str) -> None:
+        """The step raised, broke the contract or timed out: the turn is recorded as an env
+        error and the episode ends."""
+        self._record(ep, pending.prompt_ids, pending.sample, pending.action, None,
+                     TurnStatus.ENV_ERROR)
+        ep.traj.end, ep.traj.error, ep.done = EpisodeEnd.ENV_ERROR, error, True
 
     def _record(self, ep: _Episode, prompt_ids: list[int], sample, action: str,
                 step: Step | None, status: TurnStatus) -> None:
