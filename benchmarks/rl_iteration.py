@@ -68,12 +68,12 @@ from _common import (
 from tripod.core.config import TrainConfig, load_config
 from tripod.envs.pool import EnvPool
 from tripod.envs.registry import family_of
+from tripod.policy.packed import KWARG as PACKING
 from tripod.policy.rollout import make_jobs
 from tripod.train import batch as batch_module
 from tripod.train.batch import TrainBatch
 from tripod.train.common import rollout_config, sampling_params, seed_everything
 from tripod.train.learner import Learner, build_learner, score, update
-from tripod.train.packed import KWARG as PACKING
 from tripod.train.rl import advantage, collect, iteration_games, make_batch
 
 PHASES = ("collect", "batch", "score", "advantage", "update")

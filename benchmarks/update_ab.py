@@ -49,6 +49,12 @@ def baseline_module(rev: str, into: Path):
                           check=True, capture_output=True, text=True).stdout
     path = into / "baseline_batch.py"
     path.write_text(text)
+    # The packed attention moved from tripod.train to tripod.policy (the sampler's prefill
+    # uses it too); a baseline from before the move imports it from its old place.
+    import tripod.train
+    from tripod.policy import packed
+    sys.modules.setdefault("tripod.train.packed", packed)
+    tripod.train.packed = packed
     spec = importlib.util.spec_from_file_location("baseline_batch", path)
     module = importlib.util.module_from_spec(spec)
     sys.modules["baseline_batch"] = module          # dataclasses look their module up

@@ -214,3 +214,14 @@ def test_counting_engine_keeps_counters_not_kv_caches(tiny_policy_factory, monke
     stats = engine.arena_stats()
     assert stats.decode_steps > 0 and stats.prefill_tokens > 0  # the counters survived
     assert alive == []
+
+
+def test_prefill_passes_reduced(monkeypatch, capsys):
+    report = _run("prefill_passes.py")
+    assert set(report["modes"]) == {"padded", "packed-16", "packed-2048"}
+    for r in report["modes"].values():
+        assert all(_finite(r[k]) and r[k] > 0 for k in
+                   ("first_turn_s", "later_turn_s", "first_gflops", "later_of_peak"))
+        assert len(r["runs"]) == 1 and len(r["runs"][0]) == 3   # 1 round: first + 2 later
+    text = _printed("prefill_passes", report, monkeypatch, capsys)
+    assert "packed-2048" in text and "of peak" in text

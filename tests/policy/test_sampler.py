@@ -2,8 +2,8 @@
 
 Every test drives `sample_turn` directly with the tiny model and checks what it recorded
 against a fresh, unbatched, uncached Hugging Face forward pass over the whole context: the
-arena (slots, in-place writes, moves, regrowth, shared prefixes, batched prefill with
-padding, rows that stop early) must change speed only, never a token or a logprob.
+arena (slots, in-place writes, moves, regrowth, shared prefixes, packed prefill and the
+padded prefill of models without `sdpa`, rows that stop early) must change speed only, never a token or a logprob.
 """
 
 from __future__ import annotations
@@ -50,20 +50,26 @@ def _random_ids(rng: random.Random, n: int) -> list[int]:
     return [rng.randrange(3, 2000) for _ in range(n)]
 
 
-def test_multi_turn_rows_leave_join_and_stop_early(model, monkeypatch):
+@pytest.mark.parametrize("pass_tokens", [2048, 16])
+def test_multi_turn_rows_leave_join_and_stop_early(model, monkeypatch, pass_tokens):
     """Three turns; rows end at different steps (a tenth of the vocabulary ends a turn), one row
-    leaves (a trailing row moves down a slot), one joins, and the arena regrows often."""
+    leaves (a trailing row moves down a slot), one joins, and the arena regrows often. The
+    prefill is packed (the tiny model's attention is `sdpa`); with 16 tokens per pass most
+    rows' new tokens are split over several passes."""
     monkeypatch.setattr(sampler, "_GROW", 8)
+    monkeypatch.setattr(sampler, "_PACKED_TOKENS", pass_tokens)
+    assert sampler.packed.supports_packing(model.get_decoder())
     rng = random.Random(0)
     params = SamplingParams(temperature=0.7, top_p=0.9, max_new_tokens=6)
     eos = tuple(range(0, 49152, 10))
     contexts = [_random_ids(rng, n) for n in (5, 40, 17)]
     rows = [RowState() for _ in contexts]
-    lengths = []
+    lengths, prefilled = [], []
     for turn in range(3):
         samples = _turn(model, rows, contexts, params, [10 * turn + i for i in range(len(rows))],
                         eos)
         _assert_exact(model, contexts, samples, params.temperature)
+        prefilled.append(rows[0].arena.stats.prefill_tokens)
         lengths += [len(s.ids) for s in samples]
         contexts = [c + s.ids + _random_ids(rng, 3 + 7 * i) for i, (c, s)
                     in enumerate(zip(contexts, samples))]
@@ -74,6 +80,45 @@ def test_multi_turn_rows_leave_join_and_stop_early(model, monkeypatch):
             contexts.append(_random_ids(rng, 23))
     assert len(set(lengths)) > 2  # rows did stop at different steps
     assert sorted(r.slot for r in rows) == list(range(len(rows)))
+    stats = rows[0].arena.stats
+    assert stats.padded_tokens == 0
+    per_turn = [b - a for a, b in zip([0] + prefilled, prefilled)]      # tokens each turn
+    assert stats.prefill_passes == sum(-(-n // pass_tokens) for n in per_turn)
+    assert stats.prefill_passes > 3 or pass_tokens == 2048
+
+
+def test_models_without_sdpa_prefill_in_padded_passes(tiny_policy_factory):
+    """A model whose attention is not `sdpa` cannot take the packed attention: its rows are
+    prefilled in right-padded passes, and the numbers are exact all the same."""
+    model = tiny_policy_factory().model.eval()
+    model.set_attn_implementation("eager")
+    assert not sampler.packed.supports_packing(model.get_decoder())
+    rng = random.Random(5)
+    params = SamplingParams(temperature=0.7, max_new_tokens=4)
+    contexts = [_random_ids(rng, n) for n in (6, 30, 11)]
+    rows = [RowState() for _ in contexts]
+    for turn in range(2):
+        samples = _turn(model, rows, contexts, params, [turn, turn + 10, turn + 20])
+        _assert_exact(model, contexts, samples, params.temperature)
+        contexts = [c + s.ids + _random_ids(rng, 2 + 5 * i)
+                    for i, (c, s) in enumerate(zip(contexts, samples))]
+    assert rows[0].arena.stats.padded_tokens > 0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_packed_passes_tile_every_row_within_the_budget(seed):
+    rng = random.Random(seed)
+    lengths = {r: rng.randrange(1, 40) for r in rng.sample(range(20), rng.randrange(1, 12))}
+    budget = rng.choice([1, 7, 32, 100])
+    passes = sampler._packed_passes(lengths, budget)
+    assert all(0 < sum(b - a for _, a, b in p) <= budget for p in passes)
+    assert all(sum(b - a for _, a, b in p) == budget for p in passes[:-1])  # no pass cut short
+    pieces = [piece for p in passes for piece in p]
+    for row, n in lengths.items():  # each row's pieces in order, end to end, once each
+        mine = [(a, b) for r, a, b in pieces if r == row]
+        assert mine[0][0] == 0 and mine[-1][1] == n
+        assert all(b == c for (_, b), (c, _) in zip(mine, mine[1:]))
+    assert all(len({r for r, _, _ in p}) == len(p) for p in passes)  # a row once per pass
 
 
 def test_a_row_sitting_out_keeps_its_cache(model):

@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from tripod.policy.models import use_checkpointing
+from tripod.policy.packed import KWARG, _prefix_causal_mask, masked_attention
 from tripod.train import batch as batch_module
 from tripod.train.batch import (
     MIN_SHARED_PREFIX,
@@ -20,7 +21,6 @@ from tripod.train.batch import (
     prefix_clusters,
     token_logprobs,
 )
-from tripod.train.packed import KWARG, _prefix_causal_mask, masked_attention
 
 
 def _rows(lengths: list[int], prefix: int, vocab: int = 1000, seed: int = 0):

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from tripod.algos.losses import entropy_from_logits
 from tripod.core.types import Trajectory, TurnStatus
-from tripod.train import packed
+from tripod.policy import packed
 
 
 @dataclass
@@ -297,7 +297,7 @@ def decoder_hidden(model, input_ids: Tensor, attention_mask: Tensor) -> Tensor:
 
 def _packed_pass(model, decoder, input_ids: Tensor, lengths: list[int],
                  clusters: list[tuple[list[int], int]]) -> Tensor:
-    """The micro-batch as one packed sequence (`train.packed`): each cluster's prefix once,
+    """The micro-batch as one packed sequence (`policy.packed`): each cluster's prefix once,
     then its rows' own tokens; rows sharing nothing whole. Returns [B, T, H] like the plain
     pass (a padding position gets its row's last real token's state)."""
     device, rows = input_ids.device, len(lengths)

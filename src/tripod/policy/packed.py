@@ -13,7 +13,8 @@ themselves. Each segment's rotary positions are those of its unpacked row.
 
 The attention is reached through transformers' attention registry: `sdpa` is registered
 as `attention`, which computes the packed attention when the forward pass carries a
-`tripod_packing` argument (transformers hands extra forward arguments down to the
+`tripod_packing` argument (any object with this `attend`: the rollout's packed prefill,
+`policy.sampler._PackedPrefill`, is the other) (transformers hands extra forward arguments down to the
 attention function) and is transformers' own `sdpa` otherwise. Models whose attention is not
 `sdpa` run their rows whole, unpacked (`supports_packing`).
 """
@@ -66,8 +67,11 @@ class PackedSegments:
         return torch.cat([torch.arange(s.position, s.position + s.length, device=device)
                           for s in self.segments])[None]
 
-    def attend(self, query: Tensor, key: Tensor, value: Tensor, scaling: float | None) -> Tensor:
-        """query [1, Hq, S, D], key / value [1, Hkv, S, D] -> output [1, S, Hq, D]."""
+    def attend(self, query: Tensor, key: Tensor, value: Tensor, scaling: float | None,
+               module=None) -> Tensor:
+        """query [1, Hq, S, D], key / value [1, Hkv, S, D] -> output [1, S, Hq, D]. (`module`,
+        the attention layer, is not needed here; the rollout's packed prefill reads its
+        `layer_idx`.)"""
         gqa = query.shape[1] != key.shape[1]
         out = []
         for seg in self.segments:
@@ -116,7 +120,7 @@ def attention(module, query: Tensor, key: Tensor, value: Tensor, attention_mask,
     packing = kwargs.pop(KWARG, None)
     if packing is None:
         return sdpa_attention_forward(module, query, key, value, attention_mask, *args, **kwargs)
-    return packing.attend(query, key, value, kwargs.get("scaling")), None
+    return packing.attend(query, key, value, kwargs.get("scaling"), module), None
 
 
 AttentionInterface.register("sdpa", attention)
