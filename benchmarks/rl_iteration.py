@@ -146,7 +146,10 @@ class PassCounter:
         self.pending = None
         lengths = mask.sum(1).tolist() if mask is not None and mask.dim() == 2 else [t] * b
         starts, packing = [0] * b, kwargs.get(PACKING)
-        if packing is not None:  # shared prefixes and rows' own tokens packed end to end
+        if hasattr(packing, "pieces"):  # the rollout's packed prefill: rows' new tokens
+            starts = [start for _, start, _ in packing.pieces]
+            lengths = [n for _, _, n in packing.pieces]
+        elif packing is not None:  # shared prefixes and rows' own tokens packed end to end
             starts = [seg.position for seg in packing.segments]
             lengths = [seg.length for seg in packing.segments]
             self.totals.shared_tokens += packing.saved

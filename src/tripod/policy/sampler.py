@@ -441,10 +441,11 @@ once): the chunking weighs padding against more passes with it."""
 _MAX_CHUNK_TOKENS = 4096
 """Tokens (padding included) per padded prefill pass at most (bounds activation memory)."""
 _PACKED_TOKENS = 2048
-"""Tokens per packed prefill pass at most. Measured on the quickstart's first turn (16
-prompts, 5.3k tokens; SmolLM2, 2 threads, 4 interleaved runs each): 2,048 and 1,024 took
-10.2-13.5 s, 4,096 took 12.0-19.3 s: at 4,096 tokens the MLP's [S, 1536] intermediates
-(25 MB each) made the elementwise ops (SiLU, products) a third of the pass."""
+"""Tokens per packed prefill pass at most (`benchmarks/prefill_passes.py`, 16 rows, SmolLM2,
+3 interleaved rounds, medians): a 5.3k-token first turn 8.9 s with 1,024, 9.7 s with 2,048,
+11.1 s with 4,096 (its MLP intermediates, 25 MB each, made the elementwise ops a large share
+of the pass); later turns of 1.1-1.3k tokens 2.27 / 2.15 / 2.27 s. Padded passes: 11.0 s and
+2.92 s."""
 
 
 def _prefill_chunks(lengths: list[int]) -> list[list[int]]:
