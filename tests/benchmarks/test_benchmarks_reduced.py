@@ -175,6 +175,26 @@ def test_update_ab_reduced():
     assert len(r["loadavg"]) == 2
 
 
+def test_env_ab_reduced(monkeypatch):
+    """`benchmarks/env_ab.py --tiny`: one round of two whole rl_iteration.py runs; the A run's
+    environment lacks what only B sets, B's has it."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    env_ab = importlib.import_module("env_ab")
+    monkeypatch.setenv("TRIPOD_TEST_AB", "outer")
+    a, b = env_ab._env({}, {"TRIPOD_TEST_AB": "1"}), env_ab._env({"TRIPOD_TEST_AB": "1"}, {})
+    assert "TRIPOD_TEST_AB" not in a and b["TRIPOD_TEST_AB"] == "1"
+    assert env_ab._env({"TRIPOD_TEST_AB": "0"}, {"TRIPOD_TEST_AB": "1"})["TRIPOD_TEST_AB"] == "0"
+    out = subprocess.run([sys.executable, str(BENCHMARKS / "env_ab.py"), "--tiny", "--json",
+                          "--b", "THP_MEM_ALLOC_ENABLE=1", "--", "--threads", _threads()],
+                         env=os.environ, capture_output=True, text=True, timeout=900)
+    assert out.returncode == 0, out.stderr[-3000:]
+    r = json.loads(out.stdout)
+    assert len(r["rounds"]) == 1 and _finite(r["median_ratio_b_over_a"])
+    for label in ("A", "B"):
+        run = r["rounds"][0][label]
+        assert len(run["iterations_s"]) == 1 and run["total_s"] > 0 and run["peak_rss_mb"] > 0
+
+
 def test_env_overlap_reduced():
     """`benchmarks/env_overlap.py` on the tiny model: both arms play every episode's turns
     with the same seeded sleeps; the overlapping arm went on decoding while slow steps ran

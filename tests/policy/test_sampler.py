@@ -105,6 +105,39 @@ def test_models_without_sdpa_prefill_in_padded_passes(tiny_policy_factory):
     assert rows[0].arena.stats.padded_tokens > 0
 
 
+
+def test_lora_wrapped_models_take_the_packed_prefill_exactly(tiny_policy_factory, monkeypatch):
+    """LoRA (`model.lora.enabled`) wraps the projections, not the attention modules, so the
+    packed prefill still serves it; with adapters that change the outputs (lora_B non-zero)
+    every sampled logprob matches the wrapped model's own uncached forward pass."""
+    from tripod.core.config import load_config
+    from tripod.policy.models import wrap_lora
+
+    monkeypatch.setattr(sampler, "_PACKED_TOKENS", 16)  # rows split over passes
+    base = tiny_policy_factory(seed=3).model
+    model = wrap_lora(base, load_config(overrides=["model.lora.enabled=true"]).model.lora).eval()
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)
+    ids = torch.tensor([_random_ids(random.Random(1), 12)])
+    with torch.no_grad(), model.disable_adapter():
+        plain = model(input_ids=ids).logits
+    assert (model(input_ids=ids).logits - plain).abs().max() > 1e-3  # the adapters act
+    assert sampler.packed.supports_packing(model.get_decoder())
+    rng = random.Random(7)
+    params = SamplingParams(temperature=0.7, max_new_tokens=5)
+    contexts = [_random_ids(rng, n) for n in (9, 33, 20)]
+    rows = [RowState() for _ in contexts]
+    for turn in range(2):
+        samples = _turn(model, rows, contexts, params, [turn, turn + 10, turn + 20])
+        _assert_exact(model, contexts, samples, params.temperature)
+        contexts = [c + s.ids + _random_ids(rng, 4 + 6 * i)
+                    for i, (c, s) in enumerate(zip(contexts, samples))]
+    stats = rows[0].arena.stats
+    assert stats.padded_tokens == 0 and stats.prefill_passes > 2
+
 @pytest.mark.parametrize("seed", range(5))
 def test_packed_passes_tile_every_row_within_the_budget(seed):
     rng = random.Random(seed)
