@@ -93,17 +93,22 @@ def test_models_without_sdpa_prefill_in_padded_passes(tiny_policy_factory):
     model = tiny_policy_factory().model.eval()
     model.set_attn_implementation("eager")
     assert not sampler.packed.supports_packing(model.get_decoder())
-    rng = random.Random(5)
-    params = SamplingParams(temperature=0.7, max_new_tokens=4)
-    contexts = [_random_ids(rng, n) for n in (6, 30, 11)]
+    stats = _two_exact_turns(model, random.Random(5), (6, 30, 11), max_new_tokens=4)
+    assert stats.padded_tokens > 0
+
+
+def _two_exact_turns(model, rng: random.Random, lengths: tuple[int, ...], max_new_tokens: int):
+    """Two sampled turns of rows with first prompts of `lengths` (each row then gets a few
+    new tokens more than the last), every logprob checked; the arena's counters."""
+    params = SamplingParams(temperature=0.7, max_new_tokens=max_new_tokens)
+    contexts = [_random_ids(rng, n) for n in lengths]
     rows = [RowState() for _ in contexts]
     for turn in range(2):
-        samples = _turn(model, rows, contexts, params, [turn, turn + 10, turn + 20])
+        samples = _turn(model, rows, contexts, params, [turn + 10 * i for i in range(len(rows))])
         _assert_exact(model, contexts, samples, params.temperature)
         contexts = [c + s.ids + _random_ids(rng, 2 + 5 * i)
                     for i, (c, s) in enumerate(zip(contexts, samples))]
-    assert rows[0].arena.stats.padded_tokens > 0
-
+    return rows[0].arena.stats
 
 
 def test_lora_wrapped_models_take_the_packed_prefill_exactly(tiny_policy_factory, monkeypatch):
@@ -126,16 +131,7 @@ def test_lora_wrapped_models_take_the_packed_prefill_exactly(tiny_policy_factory
         plain = model(input_ids=ids).logits
     assert (model(input_ids=ids).logits - plain).abs().max() > 1e-3  # the adapters act
     assert sampler.packed.supports_packing(model.get_decoder())
-    rng = random.Random(7)
-    params = SamplingParams(temperature=0.7, max_new_tokens=5)
-    contexts = [_random_ids(rng, n) for n in (9, 33, 20)]
-    rows = [RowState() for _ in contexts]
-    for turn in range(2):
-        samples = _turn(model, rows, contexts, params, [turn, turn + 10, turn + 20])
-        _assert_exact(model, contexts, samples, params.temperature)
-        contexts = [c + s.ids + _random_ids(rng, 4 + 6 * i)
-                    for i, (c, s) in enumerate(zip(contexts, samples))]
-    stats = rows[0].arena.stats
+    stats = _two_exact_turns(model, random.Random(7), (9, 33, 20), max_new_tokens=5)
     assert stats.padded_tokens == 0 and stats.prefill_passes > 2
 
 @pytest.mark.parametrize("seed", range(5))
