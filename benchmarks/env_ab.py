@@ -61,7 +61,6 @@ def _run(label: str, env: dict[str, str], args: list[str]) -> dict[str, Any]:
     report = json.loads(out.stdout)
     runs = report["runs"]
     return {
-        "setting": label,
         "iterations_s": [r["total_s"] for r in runs],
         "collect_s": [r["phases_s"]["collect"] for r in runs],
         "update_s": [r["phases_s"]["update"] for r in runs],
@@ -114,8 +113,7 @@ def _print(report: dict[str, Any]) -> None:
     for r in report["rounds"]:
         for label in (r["first"], "B" if r["first"] == "A" else "A"):
             x = r[label]
-            peak = x["matmul_peak_gflops"]
-            peak_s = " / ".join(f"{p:.0f}" for p in peak) if isinstance(peak, list) else f"{peak}"
+            peak_s = " / ".join(f"{p:.0f}" for p in x["matmul_peak_gflops"])  # start / end
             print(f"{r['round']:>5}  {label:>3}  {fmt(x['iterations_s']):<22} "
                   f"{fmt(x['collect_s']):<15} {fmt(x['update_s']):<15} "
                   f"{' '.join(f'{m:.0%}' for m in x['update_mfu']):<12} {peak_s:<22} "

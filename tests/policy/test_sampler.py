@@ -134,6 +134,7 @@ def test_lora_wrapped_models_take_the_packed_prefill_exactly(tiny_policy_factory
     stats = _two_exact_turns(model, random.Random(7), (9, 33, 20), max_new_tokens=5)
     assert stats.padded_tokens == 0 and stats.prefill_passes > 2
 
+
 @pytest.mark.parametrize("seed", range(5))
 def test_packed_passes_tile_every_row_within_the_budget(seed):
     rng = random.Random(seed)
