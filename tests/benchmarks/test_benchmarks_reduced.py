@@ -245,3 +245,77 @@ def test_prefill_passes_reduced(monkeypatch, capsys):
         assert len(r["runs"]) == 1 and len(r["runs"][0]) == 3   # 1 round: first + 2 later
     text = _printed("prefill_passes", report, monkeypatch, capsys)
     assert "packed-2048" in text and "of peak" in text
+
+
+def test_draft_replay_reduced(tmp_path, monkeypatch, capsys):
+    """`benchmarks/draft_replay.py` on a tiny model's run: every step size timed, every
+    draft length replayed over the run's recorded turns; with no drafts the replay takes
+    one step per token after the first (the slowest row's count per batch)."""
+    from report.helpers import make_tiny_run
+
+    run = make_tiny_run(tmp_path).run_dir
+    r = _run("draft_replay.py", "--model", "tiny", "--run", str(run))
+    assert sorted(r["step_median_s"]) == ["1", "2", "2-hf", "3"]
+    assert r["step_cost"]["1"] == 1.0 and all(_finite(c) and c > 0 for c in r["step_cost"].values())
+    assert [x["draft"] for x in r["replay"]] == [0, 1, 2]
+    plain = r["replay"][0]
+    assert plain["accepted"] == 0 and plain["cost"] == plain["steps"] > 0
+    assert plain["row_steps"] == r["action_tokens"] - r["rows_replayed"]
+    assert all(x["steps"] <= plain["steps"] for x in r["replay"])
+    text = _printed("draft_replay", r, monkeypatch, capsys)
+    assert "matmul peak" in text and "loadavg" in text and "vs k=0" in text
+    assert not re.search(r"\bnan\b|\binf\b", text)
+
+
+def test_draft_replay_verify_step_and_lookup(tiny_policy_factory, monkeypatch):
+    """The benchmark's verify step computes what the sampler would: Q tokens per row run in one
+    pass give the logits of running them one decode step at a time (so its timing is of real
+    work); prompt lookup and the replay's acceptance on a hand-made case."""
+    monkeypatch.syspath_prepend(str(BENCHMARKS))
+    dr = importlib.import_module("draft_replay")
+    import torch
+
+    from tripod.policy import packed, sampler
+
+    model = tiny_policy_factory().model.eval()
+    gen = torch.Generator().manual_seed(0)
+    contexts = torch.randint(5, 1000, (3, 20), generator=gen)
+    new = torch.randint(5, 1000, (3, 4), generator=gen)
+
+    def arena_with_contexts():
+        arena = sampler.KVArena(model, 3, 32)
+        rows = [sampler.RowState() for _ in range(3)]
+        arena.assign(rows)
+        sampler._prefill_packed(model, arena, rows, contexts.tolist(), [0, 1, 2], [None] * 3)
+        return arena
+
+    arena = arena_with_contexts()
+    positions = torch.arange(20, 24)[None].repeat(3, 1)
+    with torch.no_grad():
+        hidden = model.get_decoder()(
+            input_ids=new, position_ids=positions, use_cache=False,
+            attention_mask=torch.zeros(1, 1, 1, 1),
+            **{packed.KWARG: dr._VerifyAttention(arena, 3, positions)}).last_hidden_state
+        verified = model.get_output_embeddings()(hidden).float()                 # [3, 4, V]
+    arena = arena_with_contexts()
+    for j in range(4):
+        one = sampler._forward(model, arena, [0, 1, 2], new[:, j:j + 1], positions[:, j:j + 1],
+                               torch.zeros(3, dtype=torch.long))
+        assert (one - verified[:, j]).abs().max() < 1e-4
+
+    assert dr.lookup([7, 8, 9, 1, 7, 8], 2) == [9, 1]
+    assert dr.lookup([7, 8, 9, 7, 8, 5, 7, 8], 3) == [5, 7, 8]   # the latest match
+    assert dr.lookup([1, 2, 3], 2) == [] and dr.lookup([7, 8, 7, 8], 0) == []
+    # Row 0's action repeats its context ("... 9 10 11 12 2 ..." then "10 11 12 2"); row 1's
+    # has nothing to look up. The first token of each comes from the prefill.
+    ctx = [3, 9, 10, 11, 12, 2, 7, 9]
+    batch = [[(ctx, [10, 11, 12, 2]), (ctx, [6, 6])]]
+    cost = {1: 1.0, 2: 1.5, 3: 2.0}
+    expected = {0: (3, 4, 0, 3.0),   # one token per step; the batch runs 3 steps
+                1: (2, 3, 2, 3.0),   # "11" then "2" drafted and accepted: 2 steps of Q=2
+                2: (1, 2, 2, 2.0)}   # "11 12" accepted, "2" drawn: 1 step of Q=3
+    for k, (steps, row_steps, accepted, total) in expected.items():
+        assert dr.replay(batch, k, cost) == {"draft": k, "steps": steps, "row_steps": row_steps,
+                                             "accepted": accepted, "cost": total}
+    # A drafted token the policy did not sample ends the accepted run: one drawn token.
+    assert dr.replay([[(ctx, [10, 11, 5, 2])]], 2, cost)["accepted"] == 1
