@@ -7,13 +7,16 @@ machine shared with other jobs, compare ratios taken in one run, not absolute ti
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
+import json
 import os
 import resource
 import shlex
 import sys
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -35,6 +38,31 @@ def loadavg() -> list[float]:
 def command_line() -> str:
     """How the figures were produced: this very command."""
     return " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
+
+
+def output_flags(parser: argparse.ArgumentParser) -> None:
+    """The flags every benchmark takes: torch threads, a JSON report, a reduced run."""
+    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument("--tiny", action="store_true", help="reduced run for tests")
+
+
+def emit(report: dict[str, Any], as_json: bool, printer: Callable[[dict], None]) -> None:
+    """The report on stdout: one JSON object, or the script's own text."""
+    if as_json:
+        print(json.dumps(report))
+    else:
+        printer(report)
+
+
+def print_header(report: dict[str, Any]) -> None:
+    """The command and the machine's line of a report with `machine` (`machine_facts`) and
+    `matmul_peak_gflops` (start, end)."""
+    m, peaks = report["machine"], report["matmul_peak_gflops"]
+    print(f"command: {report['command']}")
+    print(f"machine: nproc={m['nproc']} torch_threads={m['torch_threads']} torch={m['torch']} "
+          f"matmul peak {peaks[0]:.0f} / {peaks[1]:.0f} GFLOP/s (start / end) "
+          f"loadavg before={m['loadavg_before']} after={m['loadavg_after']}")
 
 
 def machine_facts(load_before: list[float]) -> dict[str, Any]:

@@ -42,14 +42,23 @@ model, a synthetic run directory made by the caller); its numbers mean nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import random
+import statistics
 import time
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from _common import command_line, loadavg, machine_facts, matmul_peak, progress
+from _common import (
+    command_line,
+    emit,
+    loadavg,
+    machine_facts,
+    matmul_peak,
+    output_flags,
+    print_header,
+    progress,
+)
 
 from tripod.core.config import load_config
 from tripod.policy import packed, sampler
@@ -197,11 +206,6 @@ def replay(batches, k: int, cost: dict[int, float]) -> dict:
             "cost": total}
 
 
-def _median(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[len(xs) // 2] if len(xs) % 2 else (xs[len(xs) // 2 - 1] + xs[len(xs) // 2]) / 2
-
-
 def run(args: argparse.Namespace) -> dict:
     torch.set_num_threads(args.threads)
     load_before = loadavg()
@@ -212,7 +216,7 @@ def run(args: argparse.Namespace) -> dict:
              f"Q = 1..{args.max_draft + 1}")
     times = step_costs(model, args.rows, args.context, args.max_draft + 1, args.repeats)
     peaks.append(matmul_peak())
-    medians = {kind: _median(ts) for kind, ts in times.items()}
+    medians = {kind: statistics.median(ts) for kind, ts in times.items()}
     cost = {kind: medians[kind] / medians["1"] for kind in medians}
     batches = replay_batches(Path(args.run), policy.tokenizer)
     by_q = {int(kind): c for kind, c in cost.items() if kind.isdigit()}
@@ -229,12 +233,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _print(report: dict) -> None:
-    m = report["machine"]
-    print(f"command: {report['command']}")
-    print(f"machine: nproc={m['nproc']} torch_threads={m['torch_threads']} torch={m['torch']} "
-          f"matmul peak {report['matmul_peak_gflops'][0]:.0f} / "
-          f"{report['matmul_peak_gflops'][1]:.0f} GFLOP/s (start / end) "
-          f"loadavg before={m['loadavg_before']} after={m['loadavg_after']}")
+    print_header(report)
     print(f"verify steps ({report['rows']} rows, {report['context']} cached tokens each; "
           f"medians of {len(report['step_s']['1'])} rounds):")
     for kind, s in report["step_median_s"].items():
@@ -258,17 +257,11 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=600, help="cached tokens per row")
     parser.add_argument("--max-draft", type=int, default=4)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--tiny", action="store_true", help="reduced run for tests")
+    output_flags(parser)
     args = parser.parse_args()
     if args.tiny:
         args.rows, args.context, args.repeats, args.max_draft = 3, 24, 1, 2
-    report = run(args)
-    if args.json:
-        print(json.dumps(report))
-    else:
-        _print(report)
+    emit(run(args), args.json, _print)
 
 
 if __name__ == "__main__":

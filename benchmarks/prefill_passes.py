@@ -29,7 +29,7 @@ import random
 import time
 
 import torch
-from _common import command_line, loadavg, machine_facts, matmul_peak, progress
+from _common import command_line, loadavg, machine_facts, matmul_peak, print_header, progress
 
 from tripod.policy import sampler
 from tripod.policy.models import load_policy
@@ -121,12 +121,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def _print(report: dict) -> None:
-    m = report["machine"]
-    print(f"command: {report['command']}")
-    print(f"machine: nproc={m['nproc']} torch_threads={m['torch_threads']} torch={m['torch']} "
-          f"matmul peak {report['matmul_peak_gflops'][0]:.0f} / "
-          f"{report['matmul_peak_gflops'][1]:.0f} GFLOP/s (start / end) "
-          f"loadavg before={m['loadavg_before']} after={m['loadavg_after']}")
+    print_header(report)
     t = report["turn_tokens"]
     print(f"turns: {report['rows']} rows; first turn {t[0]} tokens, later turns "
           f"{min(t[1:])}-{max(t[1:])} tokens (medians over rounds and later turns)")
