@@ -41,7 +41,7 @@ def test_env_errors_are_reported_apart_not_as_lost_games():
 
 def _eval_args(checkpoint, env, **flags):
     base = {"checkpoint": str(checkpoint), "env": env, "temperature": None,
-            "max_new_tokens": None, "max_turns": None, "batch_size": 16}
+            "max_new_tokens": None, "max_turns": None, "batch_size": None}
     return argparse.Namespace(**{**base, **flags})
 
 
@@ -97,3 +97,36 @@ def test_one_turn_cap_rule_for_train_evaluations_and_tripod_eval(monkeypatch):
     pipeline.evaluate_all("final", argparse.Namespace(tokenizer=None), cfg, {}, pool=None)
     assert played == {"textworld/w2-o3-q4": 12, "textworld/w4-o6-q8": 24,
                       "swe/generated-easy": 40}
+
+
+def test_evaluations_play_eval_batch_size_episodes_at_once(tmp_path, monkeypatch):
+    """`eval.batch_size` sets how many episodes an evaluation plays at once: in `tripod
+    train`'s evaluations, its validation runs and `tripod eval` of its checkpoint; unset,
+    `rollout.batch_size`. A `--batch-size` flag wins."""
+    from tripod.cli import eval_settings
+    from tripod.core.config import load_config
+    from tripod.train import pipeline, rl
+    from tripod.train.common import write_recipe
+
+    default = load_config(None, ["rollout.batch_size=12"])
+    cfg = load_config(None, ["rollout.batch_size=12", "eval.batch_size=20"])
+    assert (default.eval_batch_size(), cfg.eval_batch_size()) == (12, 20)
+    assert rl._eval_rollout_config(cfg).batch_size == 20
+    assert rl._eval_rollout_config(default).batch_size == 12
+
+    sizes: list[int] = []
+
+    def fake_evaluate(policy, env_id, split, games, sampling, rcfg, seed, pool):
+        sizes.append(rcfg.batch_size)
+        return summarise([], env_id, split, 0.0), []
+
+    monkeypatch.setattr(pipeline, "evaluate", fake_evaluate)
+    monkeypatch.setattr(pipeline, "write_trajectories", lambda *a, **k: None)
+    for c in (cfg, default):
+        pipeline.evaluate_all("final", argparse.Namespace(tokenizer=None), c, {}, pool=None)
+    assert sizes == [20, 12]
+
+    write_recipe(tmp_path, cfg)
+    assert eval_settings(_eval_args(tmp_path, cfg.env.id))[1].batch_size == 20
+    assert eval_settings(_eval_args(tmp_path, cfg.env.id, batch_size=4))[1].batch_size == 4
+    assert eval_settings(_eval_args(tmp_path / "none", "toy/letters-2"))[1].batch_size == 16

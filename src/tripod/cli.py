@@ -127,7 +127,7 @@ def eval_settings(args: argparse.Namespace):
     turns = args.max_turns or (eval_turn_cap(cfg, args.env) if recipe is not None
                                else default_max_turns(args.env))
     rcfg = rollout_config(cfg, max_turns=turns)
-    rcfg.batch_size = args.batch_size
+    rcfg.batch_size = args.batch_size or cfg.eval_batch_size()
     rcfg.env_options = env_options(cfg, args.env) if recipe is not None else {}
     source = f"recipe saved with {args.checkpoint}" if recipe else "tripod defaults (no recipe)"
     print(f"evaluating with {source}: temperature {sampling.temperature}, max_new_tokens "
@@ -235,7 +235,9 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
                     help="default: the checkpoint recipe's rollout.eval.max_new_tokens")
     ev.add_argument("--max-turns", type=int, default=None,
                     help="default: the recipe's turn cap for its own env, else the paper's cap")
-    ev.add_argument("--batch-size", type=int, default=16)
+    ev.add_argument("--batch-size", type=int, default=None,
+                    help="episodes at once; default: the checkpoint recipe's eval.batch_size "
+                         "(else its rollout.batch_size; 16 without a recipe)")
     ev.add_argument("--json", action="store_true")
     ev.set_defaults(fn=cmd_eval)
 

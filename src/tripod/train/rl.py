@@ -33,7 +33,7 @@ from tripod.envs.ray_pool import open_pool
 from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
 from tripod.policy.ray_workers import RolloutWorkers, start_rollout_workers
-from tripod.policy.rollout import RolloutEngine, make_jobs
+from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
 from tripod.report.records import (
     iteration_path,
     sample_groups,
@@ -236,10 +236,18 @@ def save_trajectories(learner: Learner, trajs: list[Trajectory], batch: TrainBat
                        learner.policy.tokenizer, it + 1, stats)
 
 
+def _eval_rollout_config(cfg: TrainConfig) -> RolloutConfig:
+    """The rollout settings of the validation runs: `rollout_config` with the evaluation's
+    batch size."""
+    rcfg = rollout_config(cfg)
+    rcfg.batch_size = cfg.eval_batch_size()
+    return rcfg
+
+
 def validate(learner: Learner, engine: RolloutEngine) -> dict[str, float]:
     cfg = learner.cfg
     res, _ = evaluate(learner.latest, cfg.env.id, "valid", cfg.train.eval_games,
-                      sampling_params(cfg.rollout.eval), rollout_config(cfg),
+                      sampling_params(cfg.rollout.eval), _eval_rollout_config(cfg),
                       seed=cfg.run.seed, engine=engine)
     return {"valid_success_rate": res.success_rate}
 
@@ -292,7 +300,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
     own_pool = pool is None
     pool = pool or open_pool(cfg.cluster)
     engine = _start_rollouts(learner, pool, own_pool)
-    eval_engine = RolloutEngine(learner.latest, rollout_config(cfg), pool=pool)
+    eval_engine = RolloutEngine(learner.latest, _eval_rollout_config(cfg), pool=pool)
     logger = (MetricLogger(run_dir, cfg.train.tensorboard, append=resume is not None)
               if parallel.is_main else None)
     history: list[dict] = []
