@@ -319,3 +319,17 @@ def test_draft_replay_verify_step_and_lookup(tiny_policy_factory, monkeypatch):
                                              "accepted": accepted, "cost": total}
     # A drafted token the policy did not sample ends the accepted run: one drawn token.
     assert dr.replay([[(ctx, [10, 11, 5, 2])]], 2, cost)["accepted"] == 1
+
+
+def test_eval_batch_reduced(monkeypatch, capsys):
+    """`benchmarks/eval_batch.py` on the tiny model: one evaluation per batch size, every game
+    played, the sampler's decode steps counted, the same games won (greedy episodes do not
+    depend on their batch neighbours)."""
+    r = _run("eval_batch.py")
+    assert [x["batch_size"] for x in r["runs"]] == [2, 3]
+    for x in r["runs"]:
+        assert x["episodes"] == 3 and x["decode_steps"] > 0 and _finite(x["wall_s"])
+        assert x["loadavg_before"] and x["loadavg_after"]
+    assert r["same_games_won"] and r["summary"]["2"]["ratio"] == 1.0
+    text = _printed("eval_batch", r, monkeypatch, capsys)
+    assert "batch   3: median" in text and "load" in text
