@@ -271,10 +271,11 @@ class EvalSection(_Section):
     before_training: bool = True
     """Also evaluate the starting model (and the SFT model), for a before/after table."""
     batch_size: int | None = Field(None, ge=1)
-    """Episodes an evaluation plays at once; None: `rollout.batch_size`. Evaluation games are
-    independent greedy episodes, and a decode step of more rows costs less per token: the
-    quickstart's 20 test games took 0.85x the time at once than as 16 + 4 (docs/performance.md).
-    Each row holds a KV-cache slot (46 KB per position for SmolLM2)."""
+    """Episodes an evaluation plays at once; None: `rollout.batch_size`. Each holds a KV-cache
+    slot (46 KB per position for SmolLM2): lower it for long evaluation games on little
+    memory, raise it where a decode step of more rows costs little more (a GPU). On 2 CPU
+    cores the quickstart's 20 test games at once ran 13% fewer decode steps than 16 + 4, in
+    0.91-1.07x the wall time (median 0.98; `benchmarks/eval_batch.py`, docs/performance.md)."""
 
 
 class TrainSection(_Section):
