@@ -69,23 +69,18 @@ from tripod.report.records import read_trajectories
 
 class _VerifyAttention:
     """A verify step's attention over the arena (`policy.packed` hands it query, key and value
-    after the rotary embedding): row b's Q new keys go to positions positions[b] of its slot,
-    then each query attends over its slot's positions 0..its own, grouped-query heads
-    unrepeated."""
+    after the rotary embedding): the sampler's own arena cache writes row b's Q new keys at
+    positions[b] of its slot and returns the slots' keys; each query then attends over its
+    slot's positions 0..its own, grouped-query heads unrepeated."""
 
     def __init__(self, arena: sampler.KVArena, rows: int, positions: torch.Tensor) -> None:
-        self.arena, self.rows, self.positions = arena, rows, positions
-        self.slots = torch.arange(rows, device=arena.device)
-        self.kv_len = int(positions.max()) + 1
-        self.mask = sampler._attention_mask(positions, self.kv_len, arena.dtype)  # [B, 1, Q, K]
+        kv_len = int(positions.max()) + 1
+        self.cache = arena.cache(torch.arange(rows, device=arena.device), positions, kv_len)
+        self.mask = sampler._attention_mask(positions, kv_len, arena.dtype)        # [B, 1, Q, K]
 
     def attend(self, query, key, value, scaling, module):
-        layer = module.layer_idx
-        kv = []
-        for buf, new in ((self.arena.keys[layer], key), (self.arena.values[layer], value)):
-            buf[self.slots[:, None], :, self.positions] = new.transpose(1, 2)
-            kv.append(buf[: self.rows, :, : self.kv_len])                          # a view
-        out = F.scaled_dot_product_attention(query, kv[0], kv[1], attn_mask=self.mask,
+        keys, values = self.cache.update(key, value, module.layer_idx)             # [B, H, K, D]
+        out = F.scaled_dot_product_attention(query, keys, values, attn_mask=self.mask,
                                              scale=scaling, enable_gqa=True)
         return out.transpose(1, 2)                                                 # [B, Q, H, D]
 

@@ -126,8 +126,8 @@ def eval_settings(args: argparse.Namespace):
                           ("max_new_tokens", args.max_new_tokens)) if v is not None})
     turns = args.max_turns or (eval_turn_cap(cfg, args.env) if recipe is not None
                                else default_max_turns(args.env))
-    rcfg = rollout_config(cfg, max_turns=turns)
-    rcfg.batch_size = args.batch_size or cfg.eval_batch_size()
+    rcfg = rollout_config(cfg, max_turns=turns,
+                          batch_size=args.batch_size or cfg.eval_batch_size())
     rcfg.env_options = env_options(cfg, args.env) if recipe is not None else {}
     source = f"recipe saved with {args.checkpoint}" if recipe else "tripod defaults (no recipe)"
     print(f"evaluating with {source}: temperature {sampling.temperature}, max_new_tokens "

@@ -100,9 +100,12 @@ def other_env_ids(cfg: TrainConfig) -> list[str]:
     return [e for e in dict.fromkeys(played) if e != cfg.env.id]
 
 
-def rollout_config(cfg: TrainConfig, max_turns: int | None = None) -> RolloutConfig:
+def rollout_config(cfg: TrainConfig, max_turns: int | None = None,
+                   batch_size: int | None = None) -> RolloutConfig:
+    """The rollout engine's settings of a run (`batch_size`: default `rollout.batch_size`;
+    evaluations pass `cfg.eval_batch_size()`)."""
     return RolloutConfig(max_turns=max_turns or cfg.env.max_turns,
-                         batch_size=cfg.rollout.batch_size,
+                         batch_size=batch_size or cfg.rollout.batch_size,
                          env_timeout_s=cfg.rollout.env_timeout_s,
                          env_overlap_s=cfg.rollout.env_overlap_s,
                          truncated_action=cfg.rollout.truncated_action,

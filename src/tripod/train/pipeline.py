@@ -91,9 +91,9 @@ def eval_env_ids(cfg: TrainConfig) -> list[str]:
 def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict,
                  pool: EnvPool) -> None:
     for env_id in eval_env_ids(cfg):
-        rcfg = rollout_config(cfg, max_turns=eval_turn_cap(cfg, env_id))
+        rcfg = rollout_config(cfg, max_turns=eval_turn_cap(cfg, env_id),
+                              batch_size=cfg.eval_batch_size())
         rcfg.env_options = env_options(cfg, env_id)
-        rcfg.batch_size = cfg.eval_batch_size()
         res, trajs = evaluate(policy, env_id, cfg.eval.split, cfg.eval_games(env_id),
                               sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed,
                               pool=pool)

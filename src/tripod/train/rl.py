@@ -239,9 +239,7 @@ def save_trajectories(learner: Learner, trajs: list[Trajectory], batch: TrainBat
 def _eval_rollout_config(cfg: TrainConfig) -> RolloutConfig:
     """The rollout settings of the validation runs: `rollout_config` with the evaluation's
     batch size."""
-    rcfg = rollout_config(cfg)
-    rcfg.batch_size = cfg.eval_batch_size()
-    return rcfg
+    return rollout_config(cfg, batch_size=cfg.eval_batch_size())
 
 
 def validate(learner: Learner, engine: RolloutEngine) -> dict[str, float]:
