@@ -11,7 +11,7 @@ import pytest
 
 from tripod.cli import _recipe, build_parser
 from tripod.core.config import load_config
-from tripod.experiments.sweep import parse_grid
+from tripod.studies.sweep import parse_grid
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]

@@ -106,7 +106,7 @@ def cmd_train(args: argparse.Namespace) -> int:
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from tripod.experiments.sweep import run_sweep
+    from tripod.studies.sweep import run_sweep
 
     run_sweep(_recipe(args.recipe), args.grid)
     return 0
@@ -163,7 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_report_parser(sub)
     add_inspect_parser(sub)
-    from tripod.experiments.study import register_study_commands
+    from tripod.studies.study import register_study_commands
 
     register_study_commands(sub)
     return p

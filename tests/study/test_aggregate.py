@@ -7,7 +7,7 @@ import math
 import numpy as np
 import pytest
 
-from tripod.experiments.aggregate import (
+from tripod.studies.aggregate import (
     EvalRow,
     Paired,
     Unpaired,

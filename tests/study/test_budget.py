@@ -7,8 +7,8 @@ import yaml
 
 from tripod.cli import main
 from tripod.core.config import ConfigError
-from tripod.experiments.budget import plan_splits
-from tripod.experiments.study import load_study, resolve_runs
+from tripod.studies.budget import plan_splits
+from tripod.studies.study import load_study, resolve_runs
 
 
 def test_splits_of_640_episodes():

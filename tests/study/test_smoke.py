@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tripod.cli import main
-from tripod.experiments.study import (
+from tripod.studies.study import (
     DONE_FILE,
     STUDIES,
     default_runner,

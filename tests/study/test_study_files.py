@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from tripod.cli import build_parser, main
-from tripod.experiments.study import STUDIES, check_study, load_study, resolve_runs
+from tripod.studies.study import STUDIES, check_study, load_study, resolve_runs
 
 FILES = sorted(STUDIES.glob("*.yaml"))
 ROOT = STUDIES.parents[1]

@@ -10,7 +10,7 @@ import os
 import pytest
 import yaml
 
-from tripod.experiments.study import (
+from tripod.studies.study import (
     DONE_FILE,
     GridSpec,
     StudyError,

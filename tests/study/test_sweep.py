@@ -6,7 +6,7 @@ import json
 
 import yaml
 
-from tripod.experiments.sweep import run_sweep
+from tripod.studies.sweep import run_sweep
 
 from .helpers import FakeRunner
 

@@ -40,7 +40,7 @@ from tripod.report.records import (
     token_stats_from_batch,
     write_trajectories,
 )
-from tripod.rewards.shaping import turn_rewards
+from tripod.rewards.per_turn import turn_rewards
 from tripod.train.batch import TrainBatch, collate, trainable_episodes, trajectory_rows
 from tripod.train.checkpoint import (
     drop_records_after,

@@ -10,7 +10,7 @@ Mapping to the Env protocol:
   agent's source changes). It starts at the base's share (by definition every FAIL_TO_PASS
   test fails there and every PASS_TO_PASS test passes), is measured again by every
   ``run_tests`` without arguments and at the end; the last step's progress is the final
-  verified score. Rewards are the reward pillar's business (`rewards/shaping.py` reads
+  verified score. Rewards are the reward pillar's business (`rewards/per_turn.py` reads
   `won`, `lost`, `progress`); `Step.reward` is the change of progress, for information.
 - won: every test passes at submit. lost: submitted with a test failing, or ended by the
   sandbox or by tampering (progress 0). `terminated` means won or lost.

@@ -1,6 +1,6 @@
 """`tripod sweep RECIPE algo.estimator=gae,grpo,rloo reward.kind=sparse,dense`.
 
-A sweep is the simplest study (`tripod.experiments.study`): every combination of the
+A sweep is the simplest study (`tripod.studies.study`): every combination of the
 comma-separated values is one arm, run once with the recipe's seed, in
 `{out_dir}/{name}-sweep/ARM/seedN`. Like a study it is resumable (finished runs are skipped
 when the same sweep is run again) and writes `results.csv` and `summary.md` there; the final
@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tripod.core.config import ConfigError, load_config
-from tripod.experiments.study import (
+from tripod.studies.study import (
     ArmSpec,
     EvalSpec,
     GridSpec,
@@ -58,7 +58,7 @@ def sweep_study(recipe: Path, grid: list[str]) -> StudyFile:
 
 def run_sweep(recipe: Path, grid: list[str], out: Path | None = None,
               runner: Runner = default_runner) -> list[dict]:
-    from tripod.experiments.aggregate import read_run
+    from tripod.studies.aggregate import read_run
 
     recipe = Path(recipe).resolve()
     study = sweep_study(recipe, grid)

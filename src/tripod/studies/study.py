@@ -517,14 +517,14 @@ def _describe_settings(arm: Arm) -> str:
 def summarise_study(study: StudyFile, study_path: Path, runs: list[RunSpec], out: Path,
                     smoke: bool) -> dict[str, Path]:
     """Tidy tables, summary page and plots from the finished runs (partial studies too)."""
-    from tripod.experiments.aggregate import (
+    from tripod.studies.aggregate import (
         compare,
         read_run,
         summary_markdown,
         write_episodes,
         write_table,
     )
-    from tripod.experiments.plots import make_plots
+    from tripod.studies.plots import make_plots
 
     arm_order = {a: i for i, a in enumerate(dict.fromkeys(r.arm.name for r in runs))}
     done = sorted((r for r in runs if (r.run_dir / DONE_FILE).is_file()),
@@ -584,7 +584,7 @@ def cmd_study(args: Any) -> int:
 
 def register_study_commands(sub: Any) -> None:
     """`tripod study` and `tripod budget` (called by `tripod.cli.build_parser`)."""
-    from tripod.experiments.budget import add_budget_parser
+    from tripod.studies.budget import add_budget_parser
 
     sp = sub.add_parser("study", help="run a study: arms x seeds, resumable; table, summary, "
                         "plots")
