@@ -10,10 +10,9 @@ import os
 import pytest
 import yaml
 
+from tripod.studies.schema import GridSpec, StudyError
 from tripod.studies.study import (
     DONE_FILE,
-    GridSpec,
-    StudyError,
     expand_grid,
     load_study,
     resolve_runs,

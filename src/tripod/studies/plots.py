@@ -23,7 +23,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.ticker import MaxNLocator  # noqa: E402
 
 from tripod.studies.aggregate import EvalRow, summarise_arms  # noqa: E402
-from tripod.studies.study import PlotSpec  # noqa: E402
+from tripod.studies.schema import PlotSpec  # noqa: E402
 
 Curves = dict[str, dict[int, list[tuple[int, float]]]]
 """arm -> seed -> [(iteration, value)]."""

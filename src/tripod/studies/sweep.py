@@ -18,16 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from tripod.core.config import ConfigError, load_config
-from tripod.studies.study import (
-    ArmSpec,
-    EvalSpec,
-    GridSpec,
-    Runner,
-    StudyError,
-    StudyFile,
-    default_runner,
-    execute_study,
-)
+from tripod.studies.schema import ArmSpec, EvalSpec, GridSpec, StudyError, StudyFile
+from tripod.studies.study import Runner, default_runner, execute_study
 
 
 def parse_grid(items: list[str]) -> tuple[list[str], list[list[str]]]:
