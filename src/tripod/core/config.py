@@ -157,6 +157,12 @@ class RolloutSection(_Section):
     """Sampling for evaluation (greedy by default); never the training one."""
     truncated_action: Literal["end", "step"] = "end"
     """What a reply without the end-of-turn token does: end the episode (paper) or step."""
+    restrict_actions: bool = False
+    """Restrict every reply to exactly one of the env's admissible commands (envs that report
+    them: TextWorld, ALFWorld), in training and evaluation: decoding is masked to a token
+    trie of the commands, the recorded logprobs are the restricted distribution's and the
+    trainer recomputes that same distribution (`policy/restrict.py`). A turn whose env lists
+    no commands is sampled freely. Off: free generation (the paper's setting)."""
     env_ids: list[str] = Field(default_factory=list)
     """More env ids to train on besides `env.id` (a mix, e.g. `[textworld/w4-o6-q8]`): an
     iteration's groups take `env.id` and these in turn (group g plays env g mod n). They

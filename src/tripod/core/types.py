@@ -62,6 +62,10 @@ class Turn:
     """The expert's action in the state this turn was taken from (for analysis)."""
     trainable: bool = True
     """False for turns excluded from imitation (injected random actions in SFT data)."""
+    allowed_ids: list[list[int]] | None = None
+    """With restricted replies (`rollout.restrict_actions`): per id of `action_ids`, the ids
+    the sampler allowed at that step; the trainer recomputes the same restricted
+    distribution from them. None when the reply was sampled freely."""
 
 
 @dataclass(frozen=True)

@@ -64,6 +64,7 @@ from tripod.policy.chat import (
     turn_delta_text,
 )
 from tripod.policy.models import Policy
+from tripod.policy.restrict import CommandTrie
 from tripod.policy.sampler import KVArena, RowState, Sample, SamplingParams, sample_turn
 
 ScriptedFactory = Callable[[EpisodeJob], ScriptedPolicy]
@@ -81,6 +82,7 @@ class RolloutConfig:
     env_timeout_s: float = 30.0                           # rollout.env_timeout_s
     env_overlap_s: float | None = None                    # rollout.env_overlap_s
     truncated_action: Literal["end", "step"] = "end"      # rollout.truncated_action
+    restrict_actions: bool = False                        # rollout.restrict_actions
     prompt: PromptConfig = field(default_factory=PromptConfig)   # prompt.*
     env_options: dict = field(default_factory=dict)       # env.options
     faults: FaultsSection | None = None                   # env.faults
@@ -308,10 +310,17 @@ class RolloutEngine:
     # -- one turn for every active episode -------------------------------------------------
     def _sample(self, active: list[_Episode], sampling: SamplingParams,
                 arena: KVArena | None = None) -> list[Sample]:
+        restrict = ([self._trie(ep, sampling) for ep in active]
+                    if self.cfg.restrict_actions else None)
         return sample_turn(self.policy.model, [ep.row for ep in active],
                            [ep.context for ep in active], sampling,
                            [ep.generator for ep in active], self.policy.eos_token_ids,
-                           self.policy.pad_token_id, arena)
+                           self.policy.pad_token_id, arena, restrict=restrict)
+
+    def _trie(self, ep: _Episode, sampling: SamplingParams) -> CommandTrie | None:
+        """The episode's admissible commands as a token trie (None: the env lists none)."""
+        return CommandTrie.of_commands(self.policy.tokenizer, ep.info.admissible_actions or [],
+                                       self.policy.eos_token_ids[0], sampling.max_new_tokens)
 
     def _scripted(self, active: list[_Episode]) -> list[Sample]:
         tok, eos = self.policy.tokenizer, self.policy.eos_token_ids[0]
@@ -417,6 +426,7 @@ class RolloutEngine:
             score=step.info.score if step else 0.0,
             progress=step.info.progress if step else 0.0,
             expert_action=ep.info.expert_action, trainable=sample.trainable,
+            allowed_ids=sample.allowed,
         ))
 
     def _after_step(self, ep: _Episode, step: Step, action: str) -> None:

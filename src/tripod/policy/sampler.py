@@ -42,6 +42,7 @@ from transformers.cache_utils import Cache
 
 from tripod.core.config import SamplingSection
 from tripod.policy import packed
+from tripod.policy.restrict import CommandTrie, mask_logits
 
 _GROW = 256
 """Arena lengths grow in steps of this many positions (a regrow copies every slot)."""
@@ -82,6 +83,9 @@ class Sample:
     """True when the end-of-turn token was sampled."""
     trainable: bool = True
     """False for scripted turns that must not be imitated (e.g. injected random actions)."""
+    allowed: list[list[int]] | None = None
+    """With restricted replies (`policy/restrict.py`): per sampled id, the ids the step
+    allowed (the trainer masks its logits with them); None when sampled freely."""
 
 
 @dataclass
@@ -267,9 +271,11 @@ def _forward(model: PreTrainedModel, arena: KVArena, slots: list[int], ids: torc
 def sample_turn(model: PreTrainedModel, rows: list[RowState], contexts: list[list[int]],
                 params: SamplingParams, generators: list[torch.Generator],
                 eos_ids: tuple[int, ...], pad_id: int,
-                arena: KVArena | None = None) -> list[Sample]:
+                arena: KVArena | None = None,
+                restrict: list[CommandTrie | None] | None = None) -> list[Sample]:
     """Sample one action per row. `contexts[i]` is row i's whole context so far; the row's
     cache is extended with the part it does not hold yet, then every row decodes at once.
+    `restrict[i]`: row i's reply is one path of this trie (None: sampled freely).
 
     Afterwards each row's cache holds every sampled token except the last one, which comes
     back as the first new token of its next context. Rows not passed keep their caches
@@ -287,8 +293,9 @@ def sample_turn(model: PreTrainedModel, rows: list[RowState], contexts: list[lis
     if not all(new_ids):
         raise ValueError("every row needs at least one token it has not seen")
     logits = _prefill(model, arena, rows, new_ids, pad_id)                    # [B, V]
+    tries = [restrict[i] for i in order] if restrict is not None else [None] * len(rows)
     samples = _decode(model, arena, rows, logits, params,
-                      [generators[i] for i in order], eos_ids, pad_id)
+                      [generators[i] for i in order], eos_ids, pad_id, tries)
     result: dict[int, Sample] = dict(zip(order, samples))
     return [result[i] for i in range(len(rows))]
 
@@ -475,7 +482,8 @@ def _prefill_chunks(lengths: list[int]) -> list[list[int]]:
 
 def _decode(model: PreTrainedModel, arena: KVArena, rows: list[RowState],
             logits: torch.Tensor, params: SamplingParams, generators: list[torch.Generator],
-            eos_ids: tuple[int, ...], pad_id: int) -> list[Sample]:
+            eos_ids: tuple[int, ...], pad_id: int,
+            tries: list[CommandTrie | None]) -> list[Sample]:
     """Sample up to `max_new_tokens` per row, one forward per token for all rows still going.
 
     A row that has sampled an end-of-turn token draws nothing more from its generator, so its
@@ -484,16 +492,20 @@ def _decode(model: PreTrainedModel, arena: KVArena, rows: list[RowState],
     read stays a view); an ended row among them feeds padding at its next free position
     (never advancing), its cache keeps only real tokens and its mask hides the padding.
     """
-    samples = [Sample() for _ in rows]
+    samples = [Sample(allowed=None if t is None else []) for t in tries]
     active = [True] * len(rows)
     eos = set(eos_ids)
     for step in range(params.max_new_tokens):
         live = [i for i, act in enumerate(active) if act]
-        tokens, logps = _draw(logits[live], params, [generators[i] for i in live])
+        allowed = [None if tries[i] is None else tries[i].allowed(samples[i].ids) for i in live]
+        tokens, logps = _draw(mask_logits(logits[live], allowed), params,
+                              [generators[i] for i in live])
         fed = [pad_id] * (live[-1] + 1)
-        for i, tok, lp in zip(live, tokens.tolist(), logps.tolist()):
+        for i, tok, lp, ids in zip(live, tokens.tolist(), logps.tolist(), allowed):
             samples[i].ids.append(tok)
             samples[i].logprobs.append(lp)
+            if ids is not None:
+                samples[i].allowed.append(ids)
             if tok in eos:
                 samples[i].ended, active[i] = True, False
             else:
@@ -533,7 +545,9 @@ def _draw(logits: torch.Tensor, params: SamplingParams,
     # The per-row generators live on the CPU (seeded, device-independent draws); the uniform
     # numbers then move to the logits' device.
     u = torch.cat([torch.rand(1, generator=g, dtype=cdf.dtype) for g in generators]).to(cdf.device)
-    tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None])[:, 0]
+    # right=True: the first id whose cumulative mass exceeds the draw, so an id of zero mass
+    # (masked by a restriction or by top-p) is never taken, even for a draw of exactly 0
+    tokens = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None], right=True)[:, 0]
     tokens = tokens.clamp(max=probs.shape[-1] - 1)
     return tokens, logp.gather(-1, tokens[:, None])[:, 0]
 
@@ -546,9 +560,10 @@ class HFSampler:
         self.model, self.eos_ids, self.pad_id = model, eos_ids, pad_id
 
     def sample(self, states: list[RowState], contexts: list[list[int]],
-               params: SamplingParams, generators: list[torch.Generator]) -> list[Sample]:
+               params: SamplingParams, generators: list[torch.Generator],
+               restrict: list[CommandTrie | None] | None = None) -> list[Sample]:
         return sample_turn(self.model, states, contexts, params, generators, self.eos_ids,
-                           self.pad_id)
+                           self.pad_id, restrict=restrict)
 
     def update_weights(self, state) -> None:
         """Load `state` (a no-op when the trainer updates this very model in place)."""

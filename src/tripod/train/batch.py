@@ -9,7 +9,7 @@ Either way the ids are the sampled ids; nothing is re-tokenized.
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, fields, replace
 
 import torch
 from torch import Tensor
@@ -17,6 +17,7 @@ from torch import Tensor
 from tripod.algos.losses import entropy_from_logits
 from tripod.core.types import Trajectory, TurnStatus
 from tripod.policy import packed
+from tripod.policy.restrict import restricted_logits
 
 
 @dataclass
@@ -31,6 +32,8 @@ class Row:
     group_id: int
     episode_id: int
     state_ids: list[int] | None = None  # the turn's anchor-state key on agent tokens, else -1
+    allowed: dict[int, list[int]] = field(default_factory=dict)
+    """Restricted replies: position -> the ids the sampler allowed for that token."""
 
 
 @dataclass
@@ -116,6 +119,7 @@ def trajectory_rows(traj: Trajectory, rewards: list[float]) -> list[Row]:
         mask, lps, rws, tids = ([0] * len(ids), [0.0] * len(ids), [0.0] * len(ids),
                                 [-1] * len(ids))
         sids = [-1] * len(ids)
+        allowed: dict[int, list[int]] = {}
         for j, turn in enumerate(span):
             start = len(turn.prompt_ids)
             k = offset + j
@@ -123,10 +127,13 @@ def trajectory_rows(traj: Trajectory, rewards: list[float]) -> list[Row]:
                 assert ids[start + i] == tok, "recorded ids are inconsistent"
                 mask[start + i], lps[start + i], tids[start + i] = int(turn.trainable), lp, k
                 sids[start + i] = keys[k]
+            for i, allowed_here in enumerate(turn.allowed_ids or []):
+                allowed[start + i] = allowed_here
             if turn.action_ids:
                 rws[start + len(turn.action_ids) - 1] = rewards[k]
         offset += len(span)
-        rows.append(Row(ids, mask, lps, rws, tids, traj.group_id, traj.episode_id, sids))
+        rows.append(Row(ids, mask, lps, rws, tids, traj.group_id, traj.episode_id, sids,
+                        allowed))
     return rows
 
 
@@ -172,6 +179,10 @@ class TrainBatch:
     row_ids: Tensor | None = None
     """[B] long. Set by the update on a minibatch: each row's index in the iteration's batch
     (kept by `select`), so per-row results can be placed back."""
+    allowed_ids: Tensor | None = None
+    """[B, T, K] long. Restricted replies: at an agent token, the ids the sampler allowed for
+    it (padded with -1); all -1 where the token was sampled freely. None when no row of the
+    batch was restricted. The trainer masks its logits with them (`policy/restrict.py`)."""
     trainer_logprobs: Tensor | None = None
     """[B, T] the trainer's logprobs of the sampled tokens at update time (first epoch, the
     forward pass the first gradient step of each row used; NaN where a skipped step left none),
@@ -190,7 +201,7 @@ class TrainBatch:
         for f in fields(self):
             v = getattr(self, f.name)
             if v is not None:
-                v = v[idx, :t] if v.dim() == 2 else v[idx]
+                v = v[idx, :t] if v.dim() >= 2 else v[idx]
             out[f.name] = v
         return TrainBatch(**out)
 
@@ -213,7 +224,20 @@ def collate(rows: list[Row], pad_id: int) -> TrainBatch:
         episode_ids=torch.tensor([r.episode_id for r in rows]),
         state_ids=(torch.tensor([pad(r.state_ids, -1) for r in rows])
                    if all(r.state_ids is not None for r in rows) else None),
+        allowed_ids=_allowed_ids(rows, t),
     )
+
+
+def _allowed_ids(rows: list[Row], t: int) -> Tensor | None:
+    """The rows' restricted positions as a [B, T, K] tensor padded with -1 (None if none)."""
+    k = max((len(ids) for r in rows for ids in r.allowed.values()), default=0)
+    if k == 0:
+        return None
+    out = torch.full((len(rows), t, k), -1, dtype=torch.long)
+    for b, r in enumerate(rows):
+        for pos, ids in r.allowed.items():
+            out[b, pos, :len(ids)] = torch.as_tensor(ids, dtype=torch.long)
+    return out
 
 
 def decoder_mask(attention_mask: Tensor) -> Tensor | None:
@@ -352,7 +376,8 @@ def _embed(model, input_ids: Tensor) -> Tensor:
 
 def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
                    temperature: float = 1.0, loss_mask: Tensor | None = None,
-                   with_entropy: bool = False, with_hidden: bool = False):
+                   with_entropy: bool = False, with_hidden: bool = False,
+                   allowed_ids: Tensor | None = None):
     """Teacher-forced log p(token_t | tokens_<t) at every position t where `loss_mask` is set
     (all positions after the first if None); 0 elsewhere.
 
@@ -362,6 +387,9 @@ def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
     hidden states [B, T, H] or None. Temperature matches the sampler's tempered distribution
     (the entropy is the tempered distribution's too). Non-finite logits give non-finite
     logprobs (log-softmax of finite logits is finite), which the learner checks.
+    `allowed_ids` [B, T, K] (restricted replies, `TrainBatch.allowed_ids`) masks each selected
+    position's logits to the ids its sampling step allowed: logprobs and entropy are then the
+    restricted distribution's, as sampled.
     """
     hidden = decoder_hidden(model, input_ids, attention_mask)                 # [B, T, H]
     if loss_mask is None:
@@ -371,6 +399,8 @@ def token_logprobs(model, input_ids: Tensor, attention_mask: Tensor,
     logits = model.get_output_embeddings()(hidden[:, :-1][select]).float()  # [N, V]
     if temperature > 0:
         logits = logits / temperature
+    if allowed_ids is not None:
+        logits = restricted_logits(logits, allowed_ids[:, 1:][select])        # [N, V]
     logp_all = torch.log_softmax(logits, dim=-1)                            # [N, V]
     targets = input_ids[:, 1:][select]                                      # [N]
     logp = torch.zeros(input_ids.shape, dtype=logp_all.dtype, device=input_ids.device)

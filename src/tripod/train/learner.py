@@ -253,10 +253,10 @@ def reference_logprobs(learner: Learner, mb: TrainBatch) -> Tensor:
     temperature = learner.cfg.rollout.train.temperature
     if learner.ref_model is not None:
         return token_logprobs(learner.ref_model, mb.input_ids, mb.attention_mask,
-                              temperature, mb.loss_mask)[0]
+                              temperature, mb.loss_mask, allowed_ids=mb.allowed_ids)[0]
     with learner.policy.model.disable_adapter():
         return token_logprobs(learner.policy.model, mb.input_ids, mb.attention_mask,
-                              temperature, mb.loss_mask)[0]
+                              temperature, mb.loss_mask, allowed_ids=mb.allowed_ids)[0]
 
 
 def _per_micro(learner: Learner, batch: TrainBatch, size: int,
@@ -308,7 +308,7 @@ def micro_loss(learner: Learner, mb: TrainBatch, norm: float) -> MicroLoss:
     mask = mb.loss_mask
     logp, entropy, hidden = token_logprobs(
         learner.policy.model, mb.input_ids, mb.attention_mask, cfg.rollout.train.temperature,
-        mask, with_entropy=True, with_hidden=learner.shared_critic)
+        mask, with_entropy=True, with_hidden=learner.shared_critic, allowed_ids=mb.allowed_ids)
     per_tok, stats = policy_loss(logp, mb.old_logprobs, mb.advantages, mask,
                                  algo.clip_low, algo.clip_high, algo.dual_clip)
     loss = aggregate(per_tok, mask, algo.loss_agg, norm)

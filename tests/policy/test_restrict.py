@@ -1,0 +1,124 @@
+"""Replies restricted to admissible commands (`rollout.restrict_actions`).
+
+The restriction changes the distribution the policy samples from, so the invariants of the
+rollout must hold for the restricted distribution: every reply is exactly one admissible
+command, and the trainer's teacher-forced logprobs (with the recorded allowed ids) equal the
+sampling logprobs at the temperatures recipes train with, so the PPO ratio is 1 before the
+first update. Without the allowed ids the trainer would compute another distribution: the
+last test checks that this difference is visible (the invariant test can fail).
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from tripod.algos.losses import entropy_from_logits
+from tripod.policy.restrict import MASKED_LOGIT, CommandTrie, mask_logits, restricted_logits
+from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
+from tripod.policy.sampler import SamplingParams
+from tripod.train.batch import collate, token_logprobs, trajectory_rows
+
+EOS = 99
+WORDS = ["apple", "banana", "cherry", "dates"]
+"""The toy env's admissible words with `vocabulary: 4`."""
+
+
+def test_trie_allows_exactly_the_continuations_of_the_commands():
+    trie = CommandTrie([[1, 2, EOS], [1, 3, EOS], [1, 2, 4, EOS], [5, EOS]])
+    assert trie.allowed([]) == [1, 5]
+    assert trie.allowed([1]) == [2, 3]
+    assert trie.allowed([1, 2]) == [4, EOS]        # a command ends here, a longer one goes on
+    assert trie.allowed([1, 2, 4]) == [EOS]
+    assert trie.allowed([1, 2, EOS]) == []         # after the end-of-turn id: nothing
+    assert trie.allowed([7]) == []                 # off the trie
+    with pytest.raises(ValueError, match="at least one"):
+        CommandTrie([])
+
+
+def test_trie_of_commands_tokenizes_like_a_demonstration(tiny_policy_factory):
+    tok = tiny_policy_factory().tokenizer
+    commands = ["go to desk 1", "go to desk 10", "open drawer 2", "go to desk 1", ""]
+    trie = CommandTrie.of_commands(tok, commands, EOS, max_tokens=24)
+    for text in ("go to desk 1", "go to desk 10", "open drawer 2"):
+        ids = tok(text, add_special_tokens=False)["input_ids"] + [EOS]
+        for k in range(len(ids)):
+            assert ids[k] in trie.allowed(ids[:k])
+    # a command that cannot finish within max_tokens is left out; none left -> no trie
+    longest = max(len(tok(c, add_special_tokens=False)["input_ids"]) for c in commands if c)
+    assert CommandTrie.of_commands(tok, commands, EOS, max_tokens=1) is None
+    short = CommandTrie.of_commands(tok, ["look", "go to desk 10"], EOS, max_tokens=2)
+    assert short is not None and short.allowed([]) == tok("look", add_special_tokens=False)["input_ids"]
+    assert longest > 1
+
+
+def test_sampler_mask_and_trainer_mask_give_one_distribution():
+    torch.manual_seed(0)
+    logits = torch.randn(3, 50)
+    allowed = [[0, 7, 9], None, [49]]
+    sampled = torch.log_softmax(mask_logits(logits, allowed) / 0.7, dim=-1)
+    padded = torch.tensor([[0, 7, 9], [-1, -1, -1], [49, -1, -1]])
+    trained = torch.log_softmax(restricted_logits(logits / 0.7, padded), dim=-1)
+    for b, ids in enumerate(allowed):
+        keep = ids if ids is not None else list(range(50))
+        ref = torch.log_softmax(logits[b, keep] / 0.7, dim=-1)       # the hand-made restriction
+        assert torch.allclose(sampled[b, keep], ref, atol=1e-6)
+        assert torch.allclose(trained[b, keep], ref, atol=1e-6)
+        assert float(sampled[b].exp().sum()) == pytest.approx(1.0, abs=1e-6)
+    assert float(trained[2, 49]) == 0.0                 # one allowed id: certain
+    assert float(trained[0, 1].exp()) == 0.0
+    entropy = entropy_from_logits(restricted_logits(logits, padded))
+    assert torch.isfinite(entropy).all() and float(entropy[2]) == pytest.approx(0.0, abs=1e-6)
+    assert torch.finfo(torch.float32).min < MASKED_LOGIT / 0.01   # stays finite when tempered
+
+
+def _play(policy, temperature: float, restrict: bool = True, greedy: bool = False):
+    cfg = RolloutConfig(max_turns=3, batch_size=6, truncated_action="step",
+                        restrict_actions=restrict, env_options={"vocabulary": 4})
+    engine = RolloutEngine(policy, cfg)
+    jobs = make_jobs("toy/letters-3", "train", [0, 1], 3, 0)
+    params = SamplingParams(temperature=0.0 if greedy else temperature, max_new_tokens=8)
+    trajs, _ = engine.collect(jobs, params)
+    engine.close()
+    return trajs
+
+
+def _trainer_logprobs(policy, trajs, temperature, with_allowed=True):
+    rows = [r for t in trajs for r in trajectory_rows(t, [0.0] * t.num_turns)]
+    batch = collate(rows, policy.pad_token_id)
+    with torch.no_grad():
+        logp, _, _ = token_logprobs(policy.model, batch.input_ids, batch.attention_mask,
+                                    temperature, batch.loss_mask,
+                                    allowed_ids=batch.allowed_ids if with_allowed else None)
+    return [lp for i in range(batch.num_rows) for lp in logp[i][batch.loss_mask[i].bool()].tolist()]
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_restricted_rollout_replies_are_commands_and_logprobs_match(tiny_policy_factory,
+                                                                   temperature):
+    policy = tiny_policy_factory()
+    trajs = _play(policy, temperature)
+    words = WORDS
+    for traj in trajs:
+        assert traj.num_turns == 3
+        for turn in traj.turns:
+            assert turn.action_text in words              # exactly one admissible command
+            assert turn.action_ids[-1] == policy.eos_token_ids[0]
+            assert len(turn.allowed_ids) == len(turn.action_ids)
+            assert all(t in ids for t, ids in zip(turn.action_ids, turn.allowed_ids))
+    recorded = [lp for t in trajs for turn in t.turns for lp in turn.logprobs]
+    trained = _trainer_logprobs(policy, trajs, temperature)
+    assert len(trained) == len(recorded)
+    assert max(abs(a - b) for a, b in zip(trained, recorded)) < 1e-4
+    # the random tiny model puts almost no mass on these words: unrestricted logprobs of the
+    # same ids are far lower, so a trainer that forgot the allowed ids would be caught
+    free = _trainer_logprobs(policy, trajs, temperature, with_allowed=False)
+    assert max(abs(a - b) for a, b in zip(free, recorded)) > 1.0
+
+
+def test_restricted_greedy_takes_an_admissible_command(tiny_policy_factory):
+    policy = tiny_policy_factory()
+    trajs = _play(policy, 0.0, greedy=True)
+    assert all(turn.action_text in WORDS for t in trajs for turn in t.turns)
+    free = _play(policy, 0.0, restrict=False, greedy=True)
+    assert all(turn.allowed_ids is None for t in free for turn in t.turns)
