@@ -171,7 +171,7 @@ class ArenaCountingEngine(RolloutEngine):
     its turns used, so that a benchmark can read what the sampler actually ran (prefill,
     padding, shared prompt tokens, decode steps). It keeps each arena's `stats` object, not
     the arena: an arena holds the rollout's KV caches, and keeping it would hold them through
-    the update (session 18: that kept ~0.6 GB resident that training does not)."""
+    the update (about 0.6 GB resident that training does not hold)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

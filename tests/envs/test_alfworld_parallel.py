@@ -2,8 +2,8 @@
 
 The rollout engine creates, resets and steps its envs from a thread pool. textworld's PDDL
 layer keeps module-level state (a shared parser, fast-downward's global translator options),
-so envs that shared one process broke as soon as two episodes started together (issue 16:
-`IndexError: pop from empty list`, parser errors). Each env now plays in its own process.
+so envs that shared one process break as soon as two episodes start together
+(`IndexError: pop from empty list`, parser errors). Each env now plays in its own process.
 
 Games: the two fastest task types to generate (about 1 s each), mixed round-robin, on the
 test split (cached under $TRIPOD_CACHE, here /tmp/tripod-test-cache by default).

@@ -6,7 +6,7 @@ by the trainer's teacher-forced forward pass match the sampling logprobs (fp32) 
 
 (2) is checked at the temperature every recipe trains with (0.7) and with nucleus sampling,
 not only at T=1, where a trainer that forgot to divide by the temperature would still agree
-with the sampler (issue 13).
+with the sampler.
 """
 
 from __future__ import annotations

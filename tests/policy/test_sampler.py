@@ -1,4 +1,4 @@
-"""The KV-arena sampler against plain recomputation (issue 15: faster rollouts, same numbers).
+"""The KV-arena sampler against plain recomputation: faster rollouts, the same numbers.
 
 Every test drives `sample_turn` directly with the tiny model and checks what it recorded
 against a fresh, unbatched, uncached Hugging Face forward pass over the whole context: the

@@ -1,4 +1,4 @@
-"""Loading the policy the sampler runs: offline, and without hidden side effects (issue 13).
+"""Loading the policy the sampler runs: offline, and without hidden side effects.
 
 Importing `tripod.policy.models` used to set `HF_HUB_OFFLINE` and another variable in the
 process environment. Offline loading is now explicit (`local_files_only=True` on every load),

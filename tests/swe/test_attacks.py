@@ -1,5 +1,5 @@
 """Red team: an agent that tries to win without fixing the bug, read what is not its own, or
-hang or crash the trainer (issue 9). One test per attack class; each checks that no reward
+hang or crash the trainer. One test per attack class; each checks that no reward
 is gained (the episode is not won and progress does not rise above the base share, or the
 run is caught as tampering with progress 0) or that the attack is contained, and that
 `env.step()` returns.

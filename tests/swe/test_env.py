@@ -58,7 +58,8 @@ def test_empty_patch_is_lost_at_the_base_share(calc_task: SweTask) -> None:
 
 
 def test_three_of_five_passing_is_progress_point_six(calc_task: SweTask) -> None:
-    """Issue 13: with 3 of the 5 tests passing the final score is 0.6 (and it is lost)."""
+    """The ratio reward is the share of tests passing: with 3 of the 5 passing the final score
+    is 0.6 (and the submitted episode is lost)."""
     progress, steps = _play(calc_task, [BREAK_MEAN, "submit"])
     assert progress == pytest.approx(0.6)
     assert steps[-1].info.lost and not steps[-1].info.won

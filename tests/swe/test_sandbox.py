@@ -145,8 +145,8 @@ ATTACKS = {
 
 def _limits_for(expected: str) -> SandboxLimits:
     """Only the limit under test is tight; every other one is far away, so the outcome does
-    not depend on how loaded the machine is (issue 13: with a tight CPU limit, a busy
-    machine once turned an output flood into `cpu_limit`)."""
+    not depend on how loaded the machine is (with a tight CPU limit, a busy machine can
+    turn an output flood into `cpu_limit`)."""
     loose = {"wall_s": 60, "cpu_s": 60, "processes": 64, "output_bytes": 50_000_000}
     tight = {"timeout": {"wall_s": 5}, "cpu_limit": {"cpu_s": 3},
              "output_limit": {"output_bytes": 500_000}}

@@ -275,7 +275,8 @@ class RolloutEngine:
         faults = self.cfg.faults
         if faults is None or faults.rate == 0 or job.split not in faults.splits:
             return env
-        # the one place faults enter: per episode, seeded by the episode (issue 12)
+        # the one place faults enter: per episode, seeded by the episode, so a faulty run
+        # repeats exactly
         return FaultyEnv(env, faults.rate, faults.kinds, f"{faults.seed}:{job.sample_seed}",
                          hang_s=10 * self.cfg.env_timeout_s)
 

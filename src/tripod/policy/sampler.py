@@ -1,6 +1,6 @@
 """Batched sampling over a preallocated KV arena (the engine under `policy.rollout`).
 
-Why this shape (issue 15, profile in docs/performance.md): on a small CPU model the rollout
+Why this shape (profile in docs/performance.md): on a small CPU model the rollout
 is bound by host overhead and memory traffic, not arithmetic. So
 
 - every episode owns one *slot* of a `KVArena`: per layer one preallocated [S, H, L, D] key

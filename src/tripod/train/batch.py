@@ -52,7 +52,7 @@ class Selection:
 
 def trainable_episodes(trajs: list[Trajectory], min_group_size: int = 1) -> Selection:
     """Drop env errors, then every group left with fewer than `min_group_size` episodes (a
-    group estimator cannot give a baseline to a group of one: issue 13)."""
+    group estimator cannot give a baseline to a group of one)."""
     ran = [t for t in trajs if not t.failed]
     size: dict[int, int] = {}
     for t in ran:

@@ -7,7 +7,7 @@ rest, with each tensor replaced by a reference); `state.json` (iteration, recipe
 `manifest.json`, the sha256 and size of every other file. Nothing in a checkpoint is read
 with pickle, so loading one cannot run code.
 
-Crash safety (issue 12): a checkpoint is written into a hidden temporary folder next to its
+Crash safety: a checkpoint is written into a hidden temporary folder next to its
 final place, every file and the folder are fsynced, and only then is the folder renamed into
 place (a rename is atomic on POSIX file systems) and the parent folder fsynced. A process
 killed at any moment leaves either the previous checkpoint or the new one, never half of

@@ -7,7 +7,7 @@ minibatches, each minibatch one optimizer step accumulated over micro-batches.
 Numerical guards: a minibatch whose logits, advantages, loss or gradient norm is not finite
 is not applied (the optimizer step is skipped, the reason counted and returned); after
 `MAX_CONSECUTIVE_SKIPS` skipped steps in a row the run stops with `TrainingStopped`, naming
-the likely cause, instead of training on garbage (issue 12).
+the likely cause, instead of training on garbage.
 
 Data parallelism (`tripod.train.distributed`, launched with torchrun): every rank computes
 the same minibatch order and the normaliser of the WHOLE minibatch; `Learner.micro_batches`

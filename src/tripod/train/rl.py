@@ -118,7 +118,7 @@ def collect(engine: RolloutEngine | RolloutWorkers, cfg: TrainConfig, iteration:
 
 def stop_if_nothing_ran(trajs: list[Trajectory], iteration: int) -> None:
     """Every episode an env error: there is nothing to learn from, and the next iteration
-    would most likely fail the same way (issue 16's loud failures)."""
+    would most likely fail the same way: stop loudly, with the errors counted by cause."""
     if not trajs or not all(t.failed for t in trajs):
         return
     reasons = Counter((t.error or "unknown error")[:200] for t in trajs)

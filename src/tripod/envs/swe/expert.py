@@ -39,7 +39,7 @@ class ExpertState:
 def _first_change(current: list[str], target: list[str]) -> tuple[int, int, int, int]:
     """The first changed block (line spans in `current` and `target`). The common head
     and tail are cut in linear time; the line diff runs on the middle only when it is
-    small, so a huge file an agent planted cannot make every step slow (issue 9)."""
+    small, so a huge file an agent planted cannot make every step slow."""
     head = 0
     limit = min(len(current), len(target))
     while head < limit and current[head] == target[head]:
