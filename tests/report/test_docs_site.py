@@ -47,6 +47,7 @@ def recipe_keys(model: type[BaseModel] = TrainConfig, prefix: str = "") -> list[
     return keys
 
 
+@pytest.mark.slow   # builds the whole site (about 15 s)
 def test_every_recipe_key_is_in_the_configuration_reference_once(site):
     html = (site / "reference" / "configuration" / "index.html").read_text()
     keys = recipe_keys()
@@ -56,6 +57,7 @@ def test_every_recipe_key_is_in_the_configuration_reference_once(site):
         assert len(rows) == 1, f"{key}: {len(rows)} rows in the configuration reference"
 
 
+@pytest.mark.slow   # builds the whole site (about 15 s)
 def test_every_subcommand_is_in_the_cli_reference(site):
     from tripod.cli import build_parser
 
@@ -93,6 +95,7 @@ def test_everything_a_run_writes_is_in_the_run_directory_page(tiny_run):
     assert not missing, f"docs/reference/run-directory.md does not list {missing}"
 
 
+@pytest.mark.slow   # builds the whole site (about 15 s)
 def test_home_and_reference_pages_render_in_chromium(site, browser, artifact_dir):
     home = browser.load(site / "index.html")
     assert "Multi-turn agentic RL for LLM agents" in home.dom
