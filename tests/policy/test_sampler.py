@@ -87,6 +87,29 @@ def test_multi_turn_rows_leave_join_and_stop_early(model, monkeypatch, pass_toke
     assert stats.prefill_passes > 3 or pass_tokens == 2048
 
 
+def test_rows_that_end_early_play_on_exactly_with_their_own_padding(model):
+    """The padding id is none of the end-of-turn ids, so a cache that held padding where a
+    row's end-of-turn token belongs would show. Rows end early at different steps (a tenth
+    of the vocabulary ends a turn) while their neighbours decode on, then every row plays
+    three more turns; every logprob of every turn is checked against the uncached pass."""
+    rng = random.Random(9)
+    params = SamplingParams(temperature=0.7, max_new_tokens=8)
+    eos, pad = tuple(range(0, 49152, 10)), 3
+    assert pad not in eos
+    contexts = [_random_ids(rng, n) for n in (6, 25, 14, 9)]
+    rows = [RowState() for _ in contexts]
+    ended_early = 0
+    for turn in range(4):
+        gens = [torch.Generator().manual_seed(50 + 10 * turn + i) for i in range(len(rows))]
+        samples = sample_turn(model, rows, contexts, params, gens, eos, pad_id=pad)
+        _assert_exact(model, contexts, samples, params.temperature)
+        longest = max(len(s.ids) for s in samples)
+        if turn < 3:  # ended before a neighbour stopped, and plays another turn
+            ended_early += sum(s.ended and len(s.ids) < longest for s in samples)
+        contexts = [c + s.ids + _random_ids(rng, 4) for c, s in zip(contexts, samples)]
+    assert ended_early >= 2
+
+
 def test_models_without_sdpa_prefill_in_padded_passes(tiny_policy_factory):
     """A model whose attention is not `sdpa` cannot take the packed attention: its rows are
     prefilled in right-padded passes, and the numbers are exact all the same."""
