@@ -32,6 +32,20 @@ def cmd_envs(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Whether the SWE sandbox works on this machine (exit status 1 with the reasons if not)."""
+    from tripod.envs.swe.sandbox import sandbox_report
+
+    report = sandbox_report()
+    problems = report.problems()
+    caps = ", ".join(report.run_caps) or "none"
+    print(f"swe sandbox: {'works' if not problems else 'DOES NOT WORK'} (namespaces "
+          f"{report.namespaces}, process limit {report.process_limit}, run caps {caps})")
+    for why in problems:
+        print(f"  - {why}")
+    return 1 if problems else 0
+
+
 def cmd_play(args: argparse.Namespace) -> int:
     from tripod.envs.play import play
 
@@ -173,6 +187,8 @@ def _add_env_commands(sub: argparse._SubParsersAction) -> None:
     envs = sub.add_parser("envs", help="list environments")
     envs.add_argument("action", choices=["list"])
     envs.set_defaults(fn=cmd_envs)
+    doctor = sub.add_parser("doctor", help="check that the SWE sandbox works on this machine")
+    doctor.set_defaults(fn=cmd_doctor)
 
     play = sub.add_parser("play", help="play an env with a scripted or human policy")
     play.add_argument("env_id")

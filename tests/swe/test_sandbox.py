@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -171,3 +172,56 @@ def test_episode_ends_with_clear_status(attack: str, calc_task: SweTask) -> None
     finally:
         env.close()
     assert not Path("/etc/tripod-pwned").exists()
+
+
+# --- a virtualenv reached through a link ---------------------------------------------------
+
+_THROUGH_LINK = """
+import sys
+from pathlib import Path
+from tripod.envs.swe.sandbox import SandboxLimits, run_sandboxed
+ws = Path(sys.argv[1])
+code = "import pytest, sys; print('RAN', sys.prefix)"
+result = run_sandboxed([sys.executable, "-c", code], ws, limits=SandboxLimits(wall_s=30))
+print(result.status, result.output)
+"""
+
+
+@needs_namespaces
+def test_interpreter_reached_through_a_linked_virtualenv(tmp_path: Path) -> None:
+    """The trainer started as LINK/bin/python (LINK a symlink to the virtualenv): the
+    sandbox still finds the interpreter and its packages."""
+    link = tmp_path / "venv-link"
+    link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    done = subprocess.run([str(link / "bin" / "python"), "-c", _THROUGH_LINK, str(ws)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("ok") and f"RAN {link}" in done.stdout, done.stdout
+
+
+def test_doctor_reports_a_working_sandbox(capsys: pytest.CaptureFixture) -> None:
+    from tripod.cli import main
+
+    code = main(["doctor"])
+    out = capsys.readouterr().out
+    if namespaces_available():
+        assert code == 0 and out.startswith("swe sandbox: works"), out
+
+
+@needs_namespaces
+def test_doctor_says_why_the_sandbox_does_not_work(monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture) -> None:
+    from tripod.cli import main
+    from tripod.envs.swe import sandbox
+
+    monkeypatch.setattr(sandbox, "readonly_paths", lambda command: list(sandbox._SYSTEM_PATHS))
+    sandbox.sandbox_report.cache_clear()
+    try:
+        code = main(["doctor"])
+    finally:
+        sandbox.sandbox_report.cache_clear()
+    out = capsys.readouterr().out
+    assert code == 1 and "DOES NOT WORK" in out
+    assert "packages (pytest) cannot be loaded" in out and "cannot run" in out, out

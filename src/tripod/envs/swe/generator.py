@@ -23,6 +23,7 @@ from __future__ import annotations
 import ast
 import fcntl
 import hashlib
+import logging
 import os
 import random
 import re
@@ -33,7 +34,12 @@ from pathlib import Path
 from tripod.core.paths import cache_dir
 from tripod.envs.swe.mutations import Mutation, apply_mutations, find_mutations
 from tripod.envs.swe.patches import make_patch
-from tripod.envs.swe.sandbox import ABNORMAL_STATUSES, SandboxLimits, detect_violations
+from tripod.envs.swe.sandbox import (
+    ABNORMAL_STATUSES,
+    RunResult,
+    SandboxLimits,
+    detect_violations,
+)
 from tripod.envs.swe.scoring import PASSING, parse_pytest_report, score_results
 from tripod.envs.swe.sources import PROJECTS, ProjectSpec, sdist_tree
 from tripod.envs.swe.task import SweTask, WorkspaceSpec, difficulty_of, load_tasks, save_tasks
@@ -41,6 +47,12 @@ from tripod.envs.swe.workspace import LocalWorkspace, apply_patch
 
 GENERATOR_VERSION = 1
 """Bumped whenever generation changes, so cached suites are rebuilt rather than reused."""
+
+log = logging.getLogger(__name__)
+
+
+class GenerationError(RuntimeError):
+    """A project's tasks cannot be generated (its pristine suite does not run)."""
 
 
 @dataclass(frozen=True)
@@ -97,10 +109,13 @@ def bug_patch(spec: ProjectSpec, mutations: list[Mutation]) -> tuple[str, str]:
     return setup, gold
 
 
-def run_suite(spec: ProjectSpec, setup_patch: str, limits: SandboxLimits) -> str | None:
-    """Output of the project's suite with `setup_patch` applied (None if the sandbox had to
-    stop the run)."""
-    return _SuiteRun(spec, setup_patch, limits).run_and_close()
+def run_suite(spec: ProjectSpec, setup_patch: str, limits: SandboxLimits) -> RunResult:
+    """The run of the project's suite with `setup_patch` applied."""
+    suite = _SuiteRun(spec, setup_patch, limits)
+    try:
+        return suite.run_result()
+    finally:
+        suite.ws.close()
 
 
 class _SuiteRun:
@@ -112,15 +127,13 @@ class _SuiteRun:
         self.spec, self.limits = spec, limits
         self.ws = LocalWorkspace.create(task, scored=False)
 
-    def run(self) -> str | None:
-        result = self.ws.run_tests(list(self.spec.tests), self.limits)
-        return None if result.status in ABNORMAL_STATUSES else result.output
+    def run_result(self) -> RunResult:
+        return self.ws.run_tests(list(self.spec.tests), self.limits)
 
-    def run_and_close(self) -> str | None:
-        try:
-            return self.run()
-        finally:
-            self.ws.close()
+    def run(self) -> str | None:
+        """The output, or None if the sandbox had to stop the run."""
+        result = self.run_result()
+        return None if result.status in ABNORMAL_STATUSES else result.output
 
 
 def _evaluate(spec: ProjectSpec, mutations: list[Mutation], reference: dict[str, str],
@@ -299,10 +312,7 @@ def _accept_singles(spec: ProjectSpec, mutations: list[Mutation], reference: dic
 def generate_project(spec: ProjectSpec, config: GeneratorConfig) -> list[SweTask]:
     """The tasks of one project (see the module docstring for the procedure)."""
     rng = random.Random(f"{config.seed}:{spec.name}")
-    ref_out = run_suite(spec, "", config.limits)
-    if ref_out is None:
-        raise RuntimeError(f"the pristine test suite of {spec.name} did not finish")
-    reference = parse_pytest_report(ref_out)
+    reference = pristine_reference(spec, config.limits)
     root = sdist_tree(spec.name, spec.version)
     mutations = [m for path in spec.modules
                  for m in find_mutations(path, (root / path).read_text(encoding="utf-8"))]
@@ -323,7 +333,38 @@ def generate_project(spec: ProjectSpec, config: GeneratorConfig) -> list[SweTask
         ok = [c for (n, _), c in zip(plan, combined) if n == size and c is not None]
         multi.extend(ok[:count])
     cands = accepted[:config.singles] + multi
+    _report_shortfall(spec, config, len(accepted[:config.singles]), multi, len(mutations))
     return [make_task(spec, c, rng) for c in cands]
+
+
+def pristine_reference(spec: ProjectSpec, limits: SandboxLimits) -> dict[str, str]:
+    """{test id: outcome} of the pristine suite; `GenerationError` with the run's exit
+    status and the end of its output when it does not run in the sandbox (no mutant could
+    be judged against it)."""
+    run = run_suite(spec, "", limits)
+    reference = parse_pytest_report(run.output)
+    if run.status in ABNORMAL_STATUSES or not any(s in PASSING for s in reference.values()):
+        tail = "\n".join(run.output.strip().splitlines()[-15:])
+        raise GenerationError(
+            f"the pristine test suite of {spec.name} {spec.version} does not run in the "
+            f"sandbox (status {run.status}, exit code {run.exit_code}, "
+            f"{len(reference)} test outcomes); its output ends with:\n{tail}")
+    return reference
+
+
+def _report_shortfall(spec: ProjectSpec, config: GeneratorConfig, singles: int,
+                      multi: list[_Candidate], tried: int) -> None:
+    """Say so when a project yields fewer tasks than asked, and why."""
+    pairs = sum(len(c.mutations) == 2 for c in multi)
+    triples = len(multi) - pairs
+    got, asked = (singles, pairs, triples), (config.singles, config.pairs, config.triples)
+    if got == asked:
+        return
+    log.warning("%s: %d of %d tasks (singles %d/%d, pairs %d/%d, triples %d/%d): only "
+                "%d of %d mutations kept a specific, stable bug whose fix passes every "
+                "reference test, or groups of them broke too much together", spec.name,
+                sum(got), sum(asked), singles, config.singles, pairs, config.pairs, triples,
+                config.triples, singles, tried)
 
 
 def generate_suite(config: GeneratorConfig = GeneratorConfig(),
@@ -339,14 +380,35 @@ def suite_path(seed: int = 0) -> Path:
 def prepare_suite(seed: int = 0, config: GeneratorConfig | None = None) -> list[SweTask]:
     """The default `swe/generated` suite: generated once per seed, then read from cache.
 
-    A file lock keeps concurrent processes from generating the same suite twice."""
+    A file lock keeps concurrent processes from generating the same suite twice. A suite
+    with no tasks is never written; a cached one that is empty or unreadable is generated
+    again."""
     config = config or GeneratorConfig(seed=seed)
     path = suite_path(seed)
     lock = path.with_suffix(".lock")
     with lock.open("w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        if not path.exists():
-            tmp = path.with_suffix(".tmp")
-            save_tasks(generate_suite(config), tmp)
-            tmp.replace(path)
+        cached = _cached_suite(path)
+        if cached:
+            return cached
+        tasks = generate_suite(config)
+        if not tasks:
+            raise GenerationError(f"generation with seed {seed} made no tasks; nothing cached")
+        tmp = path.with_suffix(".tmp")
+        save_tasks(tasks, tmp)
+        tmp.replace(path)
     return load_tasks(path)
+
+
+def _cached_suite(path: Path) -> list[SweTask]:
+    """The tasks cached at `path`; [] (with a message) if it is missing, empty or cannot
+    be read (`load_tasks` refuses a file with no tasks), so that the suite is generated
+    again."""
+    if not path.exists():
+        return []
+    try:
+        tasks = load_tasks(path)
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        log.warning("cached SWE suite %s cannot be read (%s); generating it again", path, exc)
+        return []
+    return tasks

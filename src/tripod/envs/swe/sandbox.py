@@ -34,6 +34,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import time
 import uuid
@@ -110,7 +111,24 @@ class SandboxReport:
     """"cgroup", "rlimit" or "none"."""
     run_caps: tuple[str, ...] = ()
     """Per-run cgroup caps in force besides pids: "cpu" (one core), "memory"."""
+    packages: bool = False
+    """The trainer's interpreter starts in the sandbox and imports pytest there."""
     notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def problems(self) -> list[str]:
+        """Why SWE tasks cannot be run safely here ([] when the sandbox works)."""
+        found = [] if self.packages else [
+            "the interpreter or its packages (pytest) cannot be loaded in the sandbox"]
+        if not self.namespaces:
+            found.append("unshare cannot create namespaces: no isolation")
+        checks = {"network_isolated": "the network is reachable",
+                  "writes_confined": "writes outside the workspace succeed",
+                  "pid_namespace": "no PID namespace",
+                  "reads_confined": "host files are readable",
+                  "init_unreadable": "the jail's /proc/1 is readable"}
+        found += [why for name, why in checks.items()
+                  if self.namespaces and not getattr(self, name)]
+        return found + list(self.notes)
 
 
 def _unshare_prefix(as_root: bool) -> list[str]:
@@ -272,13 +290,22 @@ def readonly_paths(command: str) -> list[str]:
     if os.path.isabs(command):
         interpreters.append(Path(command))
     prefixes = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                  sys.base_exec_prefix)}
+                                  sys.base_exec_prefix, *_site_packages())}
     for exe in interpreters:
         for candidate in (exe, exe.resolve()):
             if (prefix := _prefix_of(candidate)) is not None:
                 prefixes.add(prefix)
+    # A path reached through a link (a virtualenv folder that is a symlink, or one under a
+    # linked folder) is bound as given, where a link is recreated as a link, and at its
+    # real location, so the link's target is there too.
+    prefixes |= {p.resolve() for p in prefixes}
     paths += sorted(str(p) for p in prefixes if str(p) not in ("/", "/usr"))
     return paths
+
+
+def _site_packages() -> list[str]:
+    """The trainer's package folders (inside its prefix, unless linked elsewhere)."""
+    return sorted({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})
 
 
 def _read_capped(proc: subprocess.Popen, limits: SandboxLimits, deadline: float,
@@ -442,10 +469,15 @@ except OSError:
     out["pid1"] = False
 out["reads"] = not os.path.exists(sys.argv[2])
 try:
+    import pytest; out["packages"] = True
+except ImportError:
+    out["packages"] = False
+try:
     open("/proc/1/environ", "rb").read(); out["env"] = False
 except OSError:
     out["env"] = True
-print("PROBE", out["net"], out["write"], out["pid1"], out["reads"], out["env"])
+print("PROBE", out["net"], out["write"], out["pid1"], out["reads"], out["env"],
+      out["packages"])
 """
 
 
@@ -461,13 +493,16 @@ def sandbox_report() -> SandboxReport:
         result = run_sandboxed([sys.executable, "-I", "-c", _PROBE, str(outside),
                                 str(marker)], ws, limits=SandboxLimits(wall_s=30))
     fields = result.output.split("PROBE", 1)[-1].split()
-    ok = [f == "True" for f in fields[:5]] if len(fields) >= 5 else [False] * 5
+    ok = [f == "True" for f in fields[:6]] if len(fields) >= 6 else [False] * 6
     groups = _cached_cgroup_parents()
     process_limit = "cgroup" if "pids" in groups else (
         "rlimit" if os.geteuid() != 0 else "none")
-    notes = () if result.status == STATUS_OK else (f"probe: {result.status}",)
+    tail = " | ".join(result.output.strip().splitlines()[-3:])
+    notes = () if result.status == STATUS_OK else (
+        f"probe: {result.status}, exit code {result.exit_code}: {tail}",)
     return SandboxReport(namespaces=namespaces_available(), network_isolated=ok[0],
                          writes_confined=ok[1], pid_namespace=ok[2], reads_confined=ok[3],
-                         init_unreadable=ok[4], process_limit=process_limit,
+                         init_unreadable=ok[4], packages=ok[5],
+                         process_limit=process_limit,
                          run_caps=tuple(sorted(n for n in groups if n != "pids")),
                          notes=notes)
