@@ -101,8 +101,12 @@ def test_home_and_reference_pages_render_in_chromium(site, browser, artifact_dir
     assert "Multi-turn agentic RL for LLM agents" in home.dom
     assert "193/200 = 96.5%" in home.dom                       # the headline result
     assert re.search(r'<nav[^>]*class="md-nav', home.dom)        # the theme built the nav
-    for section in ("Getting started", "Algorithms", "Configuration", "Command line"):
-        assert section in home.dom, f"the navigation lacks {section!r}"
+    nav = set(re.findall(r'<a href="([^"]+)" class="md-nav__link[^"]*">\s*'
+                         r'<span class="md-ellipsis">\s*([^<]+?)\s*</span>', home.dom))
+    for entry in (("getting-started/", "Getting started"), ("textworld/", "TextWorld"),
+                  ("algorithms/", "Algorithms"), ("reference/configuration/", "Configuration"),
+                  ("reference/cli/", "Command line"), ("reference/api/", "API")):
+        assert entry in nav, f"the navigation lacks {entry}"
 
     config = browser.load(site / "reference" / "configuration" / "index.html")
     assert "Configuration reference" in config.dom
