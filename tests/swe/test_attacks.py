@@ -20,6 +20,7 @@ import pytest
 
 from tripod.envs.base import Step
 from tripod.envs.swe.env import SweEnv, SweEnvConfig
+from tripod.envs.swe.gate import Gate
 from tripod.envs.swe.sandbox import (
     SandboxLimits,
     namespaces_available,
@@ -200,8 +201,8 @@ for _name in list(vars(_m)):
 @pytest.mark.parametrize("code", [PATCH_PYTEST, PATCH_PYTEST_HIDDEN, PATCH_RUNNER_HIDDEN],
                          ids=["plain", "hidden", "runner_globals"])
 def test_library_code_that_patches_pytest(env: SweEnv, code: str) -> None:
-    """The plain form is refused by the static screen, the hidden ones (no flagged name)
-    by the fingerprint of pytest's and the runner's functions."""
+    """All three are refused by the gate (a new import, `getattr`, dunders); without it,
+    the runner's fingerprint of pytest's and its own functions catches them."""
     _step(env, _prepend(code))
     _caught(_step(env, "run_tests"))
 
@@ -403,9 +404,11 @@ def test_symlink_out_of_the_repo_does_not_break_search(env: SweEnv) -> None:
 
 
 @needs_namespaces
-def test_swallowed_network_attempt_is_still_a_violation(env: SweEnv) -> None:
+def test_swallowed_network_attempt_is_still_a_violation(env: SweEnv, monkeypatch) -> None:
     """Violations used to be seen only in the output text; the scored run reports them
-    itself, so catching the error does not hide the attempt."""
+    itself, so catching the error does not hide the attempt. (The gate refuses the new
+    import first; it lets everything through here, so that the runner is what is tested.)"""
+    monkeypatch.setattr(Gate, "check", lambda self, changes: ([], []))
     code = ("import socket\ntry:\n    socket.create_connection(('192.0.2.1', 80), timeout=2)\n"
             "except OSError:\n    pass\n")
     _step(env, _prepend(code))

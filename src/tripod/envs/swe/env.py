@@ -39,7 +39,7 @@ from tripod.envs.swe.sandbox import (
     SandboxLimits,
     detect_violations,
 )
-from tripod.envs.swe.scoring import PASSING, parse_pytest_report
+from tripod.envs.swe.scoring import parse_pytest_report
 from tripod.envs.swe.task import SweTask
 from tripod.envs.swe.tools import (
     TOOL_HELP,
@@ -89,6 +89,8 @@ class _Episode:
     done: bool = False
     status: str = "running"
     results: dict[str, str] = field(default_factory=dict)
+    passed: set[str] = field(default_factory=set)
+    """Target tests that pass in the last scored run (`VerifiedRun.passes`)."""
 
 
 @dataclass
@@ -245,7 +247,8 @@ class SweEnv:
             if abort:
                 return self._abort(ep, abort, verified)
             self._record(ep, verified)
-            return _Outcome(_format_run(verified.run, verified.results, "the task's tests"))
+            return _Outcome(_format_run(verified.run, verified.results, "the task's tests")
+                            or verified.output)
         result = ep.ws.run_tests(list(call.tests), self.config.limits)
         abort = self._abort_reason(result)
         if abort:
@@ -287,7 +290,9 @@ class SweEnv:
 
     def _record(self, ep: _Episode, verified: VerifiedRun) -> None:
         ep.results = dict(verified.results)
-        ep.progress = verified.share(ep.task.FAIL_TO_PASS + ep.task.PASS_TO_PASS)
+        targets = ep.task.FAIL_TO_PASS + ep.task.PASS_TO_PASS
+        ep.passed = {t for t in targets if verified.passes(t)}
+        ep.progress = verified.share(targets)
 
     def _finish(self, ep: _Episode, observation: str, status: str,
                 invalid: bool = False) -> _Outcome:
@@ -303,8 +308,8 @@ class SweEnv:
         self._record(ep, verified)
         ep.done, ep.status = True, status
         task = ep.task
-        f2p = sum(ep.results.get(t) in PASSING for t in task.FAIL_TO_PASS)
-        p2p = sum(ep.results.get(t) not in PASSING for t in task.PASS_TO_PASS)
+        f2p = sum(t in ep.passed for t in task.FAIL_TO_PASS)
+        p2p = sum(t not in ep.passed for t in task.PASS_TO_PASS)
         won = status == "submitted" and ep.progress == 1.0
         text = (f"{observation}\n" if observation else "") + (
             f"{'Submitted' if status == 'submitted' else 'Tool-call budget exhausted'}. "

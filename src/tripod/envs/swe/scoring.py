@@ -17,7 +17,15 @@ from dataclasses import dataclass
 
 _SUMMARY = re.compile(r"^(PASSED|FAILED|ERROR|XFAIL|XPASS) (.+)$")
 PASSING = ("PASSED", "XFAIL")
-"""Statuses counted as passing (SWE-bench counts an expected failure as a pass)."""
+"""Statuses counted as passing in text reports of trusted trees (SWE-bench counts an
+expected failure as a pass). Scored runs use `counts_as_passing` instead."""
+
+
+def counts_as_passing(status: str, reference: str | None) -> bool:
+    """A scored test passes if PASSED, or if XFAIL where the test's reference outcome (the
+    gold tree's) is XFAIL too: otherwise library code could call pytest's public
+    ``xfail()`` and turn any failure into a pass."""
+    return status == "PASSED" or (status == "XFAIL" and reference == "XFAIL")
 
 
 def parse_pytest_report(output: str) -> dict[str, str]:

@@ -8,7 +8,8 @@ stale bytecode) would run with the tests. Instead, for each scoring:
    pristine test files, test patch applied), built once per episode outside the agent's view;
 2. only the agent's versions of the *existing, non-test Python source files* are carried
    over (`source_files`); every other file the agent created or changed is left behind;
-3. the changed files are screened for code that reaches into the test runner (`screen`);
+3. the changed files pass a static allowlist policy (`gate.py`) in the trainer, before
+   anything runs: a change that uses what a bug fix does not need is tampering;
 4. pytest runs in the sandbox through the trusted runner (`_runner.py`): plugin autoload
    off, a fixed invocation, results through a nonce-tagged pipe, an audit hook and a
    fingerprint of pytest's own functions;
@@ -22,6 +23,7 @@ What this does not guarantee is written down in docs/swe.md (threat model).
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import secrets
@@ -31,8 +33,10 @@ from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
 from tripod.envs.swe import safefs
+from tripod.envs.swe.gate import Gate, Refusal
+from tripod.envs.swe.patches import PatchError, apply_patch_to_texts
 from tripod.envs.swe.sandbox import ABNORMAL_STATUSES, RunResult, SandboxLimits, run_sandboxed
-from tripod.envs.swe.scoring import PASSING
+from tripod.envs.swe.scoring import counts_as_passing
 from tripod.envs.swe.task import SweTask
 
 STATUS_TAMPERING = "tampering"
@@ -57,66 +61,56 @@ def is_source_file(rel: str) -> bool:
     return not any(part in _TEST_DIRS for part in path.parts[:-1])
 
 
-# --- static screen ------------------------------------------------------------------------
-
-_RUNNER_NAMES = frozenset({
-    "_pytest", "pytest", "pluggy", "gc", "_getframe", "currentframe",
-    "f_back", "f_globals", "f_locals", "f_builtins", "f_code", "tb_frame", "tb_next",
-    "gi_frame", "cr_frame", "ag_frame", "__globals__", "__code__", "__closure__",
-    "__builtins__", "builtins", "__import__", "importlib", "import_module", "exec", "eval",
-    "compile", "ctypes", "_exit", "settrace", "setprofile", "addaudithook", "meta_path",
-    "path_hooks", "path_importer_cache", "modules", "atexit", "faulthandler", "inspect",
-    "walk_stack", "extract_stack", "_current_frames", "get_objects", "get_referrers",
-    "get_referents", "fdopen", "dup", "dup2", "breakpoint", "__main__",
-})
-"""Names through which code reaches the test runner's objects or the result channel."""
-_RUNNER_STRINGS = ("pytest", "pluggy", "PASSED", "FAILED", "/proc", "/dev/fd", "f_back", "__main__",
-                   "f_globals", "tb_frame", "gi_frame", "__globals__", "__code__",
-                   "__builtins__", "_getframe", "_exit", "get_objects", "get_referrers")
+# --- which files are the package's -----------------------------------------------------------
 
 
-def _names(text: str) -> dict[str, int] | None:
-    """How often each runner-reaching name or string fragment occurs (None: no parse)."""
+def _module_name(rel: str, roots: list[str]) -> str | None:
+    """The dotted name `rel` imports as under one of the PYTHONPATH `roots`."""
+    path = PurePosixPath(rel).with_suffix("")
+    for root in roots:
+        base = PurePosixPath(root)
+        parts = path.parts if str(base) == "." else (
+            path.relative_to(base).parts if path.is_relative_to(base) else None)
+        if parts:
+            parts = parts[:-1] if parts[-1] == "__init__" else parts
+            return ".".join(parts) or None
+    return None
+
+
+def _imported(data: bytes, module: str, package: bool) -> set[str]:
+    """Modules (and possible submodules) a file imports, relative imports resolved."""
     try:
-        tree = ast.parse(text)
+        tree = ast.parse(data)
     except (SyntaxError, ValueError):
-        return None
-    counts: dict[str, int] = {}
-
-    def bump(key: str) -> None:
-        counts[key] = counts.get(key, 0) + 1
-
+        return set()
+    out: set[str] = set()
+    here = module.split(".") if package else module.split(".")[:-1]
     for node in ast.walk(tree):
-        if isinstance(node, ast.Name) and node.id in _RUNNER_NAMES:
-            bump(node.id)
-        elif isinstance(node, ast.Attribute) and node.attr in _RUNNER_NAMES:
-            bump(node.attr)
-        elif isinstance(node, ast.alias):
-            for part in node.name.split(".") + [node.asname or ""]:
-                if part in _RUNNER_NAMES:
-                    bump(part)
-        elif isinstance(node, ast.ImportFrom) and node.module:
-            for part in node.module.split("."):
-                if part in _RUNNER_NAMES:
-                    bump(part)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
-            value = node.value if isinstance(node.value, str) else node.value.decode("latin-1")
-            for fragment in _RUNNER_STRINGS:
-                if fragment in value:
-                    bump(f"'{fragment}'")
-    return counts
+        if isinstance(node, ast.Import):
+            out.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = here[:len(here) - node.level + 1] if node.level else []
+            target = ".".join(base + ([node.module] if node.module else []))
+            out.add(target)
+            out.update(f"{target}.{alias.name}" for alias in node.names)
+    return out
 
 
-def screen(pristine: str | None, changed: str | None) -> list[str]:
-    """Runner-reaching names that the agent's version uses more often than the pristine
-    file (only new uses count, so a fix of a file that already uses one is not flagged)."""
-    if changed is None:
-        return []
-    after = _names(changed)
-    if after is None:  # does not parse: it will fail at import, harmlessly
-        return []
-    before = _names(pristine or "") or {}
-    return sorted(k for k, n in after.items() if n > before.get(k, 0))
+def helper_modules(texts: dict[str, bytes], candidates: list[str], roots: list[str],
+                 gold: set[str]) -> set[str]:
+    """Source-looking modules that are test code: imported by the tests but by no module of
+    the package (e.g. a ``raises`` helper in ``pkg/utils.py``). A package's ``__init__``
+    and the files the gold patch changes are always the package's."""
+    names = {r: _module_name(r, roots) for r in texts}
+    package: set[str] = set()
+    tests: set[str] = set()
+    for rel, data in texts.items():
+        if names[rel] is None:
+            continue
+        found = _imported(data, names[rel], rel.endswith("__init__.py"))
+        (package if rel in candidates else tests).update(found - {names[rel]})
+    return {r for r in candidates if names[r] and not r.endswith("__init__.py")
+            and r not in gold and names[r] in tests and names[r] not in package}
 
 
 # --- report -------------------------------------------------------------------------------
@@ -138,17 +132,27 @@ class VerifiedRun:
     run: RunResult | None = None
     violations: tuple[str, ...] = ()
     """Blocked attempts the runner saw ("network", "write_outside"), caught or not."""
+    refusals: tuple[Refusal, ...] = ()
+    """What the gate refused (the change did not run)."""
+    reference: dict[str, str] = field(default_factory=dict)
+    """Reference outcomes (the gold tree's) of the tests this run reports as XFAIL."""
+
+    def passes(self, test: str) -> bool:
+        """`test` passed: PASSED, or XFAIL where its reference outcome is XFAIL too."""
+        status = self.results.get(test)
+        return status is not None and counts_as_passing(status, self.reference.get(test))
 
     def share(self, tests: list[str]) -> float:
         """Share of `tests` passing in this run (0 unless "ok")."""
         if self.status != "ok" or not tests:
             return 0.0
-        return sum(self.results.get(t) in PASSING for t in tests) / len(tests)
+        return sum(self.passes(t) for t in tests) / len(tests)
 
 
-def _tampered(reason: str, run: RunResult | None) -> VerifiedRun:
+def _tampered(reason: str, run: RunResult | None,
+              refusals: tuple[Refusal, ...] = ()) -> VerifiedRun:
     return VerifiedRun(STATUS_TAMPERING, output=run.output if run else "", reason=reason,
-                       run=run)
+                       run=run, refusals=refusals)
 
 
 def parse_report(run: RunResult, nonce: str) -> VerifiedRun:
@@ -206,8 +210,14 @@ class Verifier:
         self.base = base
         """The pristine tree (built by the workspace; never written after)."""
         self.python = python
-        self.sources = sorted(r for r in safefs.walk_files(base) if is_source_file(r))
-        self.pristine = {r: (safefs.read_bytes(base, r) or b"") for r in self.sources}
+        files = sorted(safefs.walk_files(base))
+        candidates = [r for r in files if is_source_file(r)]
+        texts = {r: (safefs.read_bytes(base, r) or b"") for r in files if r.endswith(".py")}
+        gold = _gold_texts(task, {r: texts[r] for r in candidates})
+        helpers = helper_modules(texts, candidates, task.workspace.python_path, set(gold))
+        self.sources = [r for r in candidates if r not in helpers]
+        self.pristine = {r: texts[r] for r in self.sources}
+        self.gate = Gate(self.pristine, gold)
         self._last: tuple[tuple, VerifiedRun] | None = None
 
     def changes(self, root: Path) -> dict[str, bytes | None]:
@@ -229,15 +239,38 @@ class Verifier:
         key = tuple(sorted(changed.items(), key=lambda kv: kv[0]))
         if self._last is not None and self._last[0] == key:
             return self._last[1]
-        flagged = {rel: hits for rel, data in changed.items()
-                   if (hits := screen(_text(self.pristine[rel]), _text(data)))}
-        if flagged:
-            what = "; ".join(f"{rel}: {', '.join(h)}" for rel, h in sorted(flagged.items()))
-            result = _tampered(f"the change uses what reaches the test runner ({what})", None)
+        refusals, broken = self.gate.check(changed)
+        if refusals:
+            what = "; ".join(map(str, refusals[:5]))
+            result = _tampered(f"the gate refused the change ({what})", None, tuple(refusals))
+        elif broken:
+            what = "; ".join(map(str, broken))
+            result = VerifiedRun("ok", {}, f"Not run: {what}; every test counts as failing.",
+                                 what)
         else:
-            result = self._run(changed, limits)
+            result = self._with_reference(self._run(changed, limits), limits)
         self._last = (key, result)
         return result
+
+    def _with_reference(self, result: VerifiedRun, limits: SandboxLimits) -> VerifiedRun:
+        """Attach the reference outcomes of the target tests the run reports as XFAIL
+        (measured once, only when needed: most runs report none)."""
+        targets = self.task.FAIL_TO_PASS + self.task.PASS_TO_PASS
+        xfails = [t for t in targets if result.results.get(t) == "XFAIL"]
+        if result.status == "ok" and xfails:
+            reference = self.reference(limits)
+            result.reference = {t: reference.get(t, "") for t in xfails}
+        return result
+
+    def reference(self, limits: SandboxLimits) -> dict[str, str]:
+        """Every test's outcome on the gold tree (the base with the gold patch), through
+        the trusted runner; cached per task in the process."""
+        key = _task_key(self.task)
+        if key not in _REFERENCES:
+            gold = _gold_texts(self.task, self.pristine)
+            run = self._run(gold, limits)
+            _REFERENCES[key] = dict(run.results) if run.status == "ok" else {}
+        return _REFERENCES[key]
 
     def _run(self, changed: dict[str, bytes | None], limits: SandboxLimits) -> VerifiedRun:
         scratch = Path(tempfile.mkdtemp(prefix="score-", dir=self.base.parent))
@@ -275,8 +308,24 @@ class Verifier:
         return parse_report(run, nonce)
 
 
-def _text(data: bytes | None) -> str | None:
-    return None if data is None else data.decode("utf-8", errors="replace")
+_REFERENCES: dict[str, dict[str, str]] = {}
+
+
+def _task_key(task: SweTask) -> str:
+    return hashlib.sha256(json.dumps(task.to_dict(), sort_keys=True).encode()).hexdigest()
+
+
+def _gold_texts(task: SweTask, pristine: dict[str, bytes]) -> dict[str, bytes | None]:
+    """The source files the gold patch changes, as it leaves them (trusted: the task's)."""
+    if not task.patch:
+        return {}
+    texts = {r: d.decode("utf-8", errors="surrogateescape") for r, d in pristine.items()}
+    try:
+        patched = apply_patch_to_texts(texts, task.patch)  # type: ignore[arg-type]
+    except PatchError:
+        return {}
+    return {r: None if t is None else t.encode("utf-8", errors="surrogateescape")
+            for r, t in patched.items() if r in pristine}
 
 
 def _runner_env(copy: Path, task: SweTask) -> dict[str, str]:
