@@ -234,3 +234,17 @@ def test_factories_name_every_option() -> None:
         assert inspect.Parameter.VAR_KEYWORD not in kinds
     with pytest.raises(TypeError, match="dense"):
         make_from_file("swe/file:/nonexistent.jsonl", dense=True)
+
+
+def test_tampering_is_counted_in_evaluations_and_reports() -> None:
+    from tripod.core.types import EpisodeJob, Trajectory
+    from tripod.eval.evaluate import summarise
+    from tripod.report.html import eval_rows
+
+    job = EpisodeJob("swe/test", "test", 0, 0, 0, 0)
+    trajs = [Trajectory(job, "", "", env_status=s) for s in ("tampering", "submitted",
+                                                              "tampering")]
+    result = summarise(trajs, "swe/test", "test", 1.0)
+    assert result.tampered == 2
+    [row] = eval_rows({"eval": {"final": {"swe/test": result.to_json()}}})
+    assert row.tampered == 2

@@ -100,6 +100,8 @@ class Trajectory:
     rewards pay gains from here, not from 0."""
     end: EpisodeEnd = EpisodeEnd.MAX_TURNS
     error: str | None = None
+    env_status: str = ""
+    """The env's last `info.extra["status"]` (e.g. an SWE episode's "tampering")."""
 
     @property
     def env_id(self) -> str:

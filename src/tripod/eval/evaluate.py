@@ -47,6 +47,8 @@ class EvalResult:
     mean_progress: float
     invalid_rate: float
     seconds: float
+    tampered: int = 0
+    """Episodes scored as tampering (SWE: the gate or the runner caught a forgery)."""
     per_game: list[dict] = field(default_factory=list)
 
     def to_json(self) -> dict:
@@ -75,6 +77,7 @@ def summarise(all_trajs: list[Trajectory], env_id: str, split: str,
         ci95=wilson_interval(won, n), mean_turns=sum(t.num_turns for t in trajs) / max(n, 1),
         mean_progress=sum((t.turns[-1].progress if t.turns else 0.0) for t in trajs) / max(n, 1),
         invalid_rate=invalid / max(len(turns), 1), seconds=seconds,
+        tampered=sum(t.env_status == "tampering" for t in trajs),
         per_game=[{"game": t.game_index, "won": t.won, "turns": t.num_turns,
                    "end": t.end.value, "actions": [x.action_text for x in t.turns],
                    "error": t.error}

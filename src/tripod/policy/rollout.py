@@ -434,6 +434,7 @@ class RolloutEngine:
         info, traj = step.info, ep.traj
         ep.observation, ep.info = step.observation, info
         traj.won, traj.lost = info.won, info.lost
+        traj.env_status = str(info.extra.get("status", ""))
         if step.terminated or info.won or info.lost:
             traj.end = EpisodeEnd.WON if info.won else EpisodeEnd.LOST
         elif step.truncated:

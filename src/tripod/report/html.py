@@ -213,6 +213,7 @@ class EvalRow:
     episodes: int
     mean_turns: float
     invalid_rate: float
+    tampered: int = 0
 
 
 def eval_rows(results: dict[str, Any]) -> list[EvalRow]:
@@ -224,7 +225,8 @@ def eval_rows(results: dict[str, Any]) -> list[EvalRow]:
             rows.append(EvalRow(str(stage), str(env_id), float(r.get("success_rate", math.nan)),
                                 float(lo), float(hi), int(r.get("won", 0)),
                                 int(r.get("episodes", 0)), float(r.get("mean_turns", math.nan)),
-                                float(r.get("invalid_rate", math.nan))))
+                                float(r.get("invalid_rate", math.nan)),
+                                int(r.get("tampered", 0))))
     return rows
 
 
@@ -284,9 +286,11 @@ def _pct(x: float) -> str:
 
 
 def _eval_table(rows: list[EvalRow]) -> str:
-    return _table(["stage", "env", "success", "95% CI", "won/n", "mean turns", "invalid rate"],
+    return _table(["stage", "env", "success", "95% CI", "won/n", "mean turns", "invalid rate",
+                   "tampered"],
                   [[r.stage, r.env_id, f"{r.success:.1%}", f"{_pct(r.lo)}-{_pct(r.hi)}",
-                    f"{r.won}/{r.episodes}", f"{r.mean_turns:.1f}", _pct(r.invalid_rate)]
+                    f"{r.won}/{r.episodes}", f"{r.mean_turns:.1f}", _pct(r.invalid_rate),
+                    str(r.tampered)]
                    for r in rows])
 
 
