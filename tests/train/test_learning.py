@@ -1,9 +1,10 @@
 """Each estimator makes the tiny model learn the two-turn toy task (issue: learning).
 
 `toy/letters-2`: answer "apple" on turn 1 and "banana" on turn 2 (four admissible words,
-listed in each game's objective in that game's own order: games differ by index and split,
-so the held-out test games show prompts never seen in training, while the answers stay the
-same). The tiny model (random Llama, SmolLM2 tokenizer) first gets a *format* prior by SFT on
+listed in each game's objective in that game's own order: the test games use the orders of
+odd parity and the training and SFT games those of even parity, so the held-out test games
+show prompts never seen in training, `test_no_test_prompt_occurs_in_training`, while the
+answers stay the same). The tiny model (random Llama, SmolLM2 tokenizer) first gets a *format* prior by SFT on
 a uniformly random admissible word per turn (like an instruct model that knows how to answer
 but not the task), so greedy success starts near a random policy's 1/16; then RL alone must
 find the right word for each turn, which needs the model to tell the two turns apart.
@@ -55,6 +56,8 @@ BASE = [f"env.id={ENV}", "env.max_turns=2", "env.options={vocabulary: 4}", "mode
         "algo.credit=turn", "algo.lr=3e-3", "algo.critic_lr=3e-3", "algo.kl_coef=0.05",
         "algo.kl_in=loss", "algo.minibatch_size=64", "algo.micro_batch_size=64",
         "train.tensorboard=false"]
+# BASE samples at temperature 1.0 because its settings were measured there; the learner's
+# use of another temperature is pinned at 0.7 by tests/train/test_wiring.py, in seconds.
 GAMMA = {"gae": 1.0, "grpo": 0.0, "rloo": 0.0, "reinforce_pp": 0.0}
 ITERATIONS = 50
 
@@ -113,15 +116,35 @@ def test_estimator_learns_toy_task(format_prior, tmp_path, estimator):
 
 def test_toy_games_differ_by_index_and_split():
     """Held-out games are other games (their own word order and id); the answers are not."""
-    from tripod.envs import make
-
-    def game(split: str, index: int) -> tuple[str, str, str | None]:
-        _, info = make(ENV, split=split, vocabulary=4).reset(index)
-        return info.objective, info.game_id, info.expert_action
-
-    train = [game("train", i) for i in range(16)]
-    test = [game("test", i) for i in range(16)]
+    train = [_game("train", i) for i in range(16)]
+    test = [_game("test", i) for i in range(16)]
     assert len({objective for objective, _, _ in train}) > 4  # 16 games, several orders
     assert not {i for _, i, _ in train} & {i for _, i, _ in test}  # ids differ by split
     assert {a for _, _, a in train + test} == {"apple"}  # the same first answer everywhere
-    assert game("test", 3) == game("test", 3)  # a pure function of (split, index)
+    assert _game("test", 3) == _game("test", 3)  # a pure function of (split, index)
+
+
+def test_no_test_prompt_occurs_in_training():
+    """The games the learning test plays (every RL iteration's and the format prior's) never
+    show the prompt of a test game it is scored on: the objective (the word list) and the
+    first observation are all a first prompt holds besides the fixed template."""
+    from tripod.train.rl import iteration_games
+
+    cfg = load_config(overrides=BASE + [f"train.iterations={ITERATIONS}"])
+    played = {g for it in range(ITERATIONS) for g in iteration_games(cfg, it)}
+    seen = {_game("train", i, prompt=True) for i in played}
+    seen |= {_game("sft", i, prompt=True) for i in range(64)}
+    test = {_game("test", i, prompt=True) for i in range(16)}
+    assert len(test) > 4 and len(seen) > 4
+    assert not test & seen, "a test prompt occurs in training"
+
+
+def _game(split: str, index: int, prompt: bool = False) -> tuple[str, str, str | None]:
+    """(objective, game id, first expert action), or (objective, first observation) with
+    `prompt`: what a game's first prompt is built from."""
+    from tripod.envs import make
+
+    observation, info = make(ENV, split=split, vocabulary=4).reset(index)
+    if prompt:
+        return info.objective, observation
+    return info.objective, info.game_id, info.expert_action

@@ -5,8 +5,11 @@ k-th target letter (a, b, c, ...: the same in every game). Each correct turn sco
 the episode always lasts N turns, and it is won when every turn was correct.
 
 Games differ by index and split: game `index` of `split` lists the admissible words in its own
-order (shuffled with the seed `game_seed(split, index)`) in its objective, so held-out games
-show the policy prompts it never saw in training. What they test is that the learnt answers
+order (shuffled with the seed `game_seed(split, index)`) in its objective. The held-out splits
+(`valid`, `test`) list them in the orders of odd parity and the training splits (`train`,
+`sft`) in those of even parity, so no held-out prompt is a training prompt, however many
+games are played (with 4 words each side has 12 of the 24 orders; with a single word there
+is one order and no held-out prompt can differ). What they test is that the learnt answers
 do not hinge on one exact prompt (e.g. on copying the word listed first), not a new task: the
 letters are the same, which keeps the task learnable by a tiny model in a few dozen RL
 iterations. (Per-game target letters were tried: GRPO with the learning test's settings did
@@ -30,6 +33,16 @@ from tripod.envs.registry import register
 _WORDS = {c: w for c, w in zip(string.ascii_lowercase, ["apple", "banana", "cherry", "dates", "eggs", "figs", "grapes", "honey", "ice", "jam", "kiwi", "lemon", "mango", "nuts", "olive", "pear", "quince", "rice", "salt", "tea", "udon", "vanilla", "water", "xigua", "yam", "zucchini"])}
 
 
+HELD_OUT_SPLITS = ("valid", "test")
+"""Splits whose games list the words in orders no training game uses."""
+
+
+def _odd(listed: list[str], words: list[str]) -> bool:
+    """Whether `listed` is an odd permutation of `words` (an odd number of inversions)."""
+    rank = [words.index(w) for w in listed]
+    return sum(a > b for i, a in enumerate(rank) for b in rank[i + 1:]) % 2 == 1
+
+
 class LettersEnv:
     """N turns; turn k is correct when the answer starts with letter k of the alphabet."""
 
@@ -49,9 +62,13 @@ class LettersEnv:
         self._score = 0
 
     def _listing(self, game_index: int) -> list[str]:
-        """The game's order of the admissible words: a pure function of (split, index)."""
+        """The game's order of the admissible words: a pure function of (split, index), of
+        odd parity on held-out splits and even on training splits (a swap of the first two
+        words moves an order to the other parity)."""
         listed = list(self.words)
         random.Random(game_seed(self.split, game_index)).shuffle(listed)
+        if len(listed) > 1 and _odd(listed, self.words) != (self.split in HELD_OUT_SPLITS):
+            listed[0], listed[1] = listed[1], listed[0]
         return listed
 
     @property
