@@ -17,10 +17,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from tripod.core import provenance
 from tripod.core.types import Trajectory
 from tripod.policy.rollout import RolloutEngine
 from tripod.policy.sampler import ArenaStats
@@ -47,10 +49,27 @@ def output_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tiny", action="store_true", help="reduced run for tests")
 
 
+SCHEMA = "tripod-benchmark/1"
+"""The one JSON schema of every benchmark: `schema`, `benchmark` (the script's name),
+`provenance` (`tripod.core.provenance.Provenance`: commit, versions, machine with its matmul
+peak, command), then the script's own figures."""
+
+
+def with_provenance(report: dict[str, Any]) -> dict[str, Any]:
+    """`report` in the benchmarks' JSON schema, its provenance recorded now."""
+    record = provenance.collect(command_line())
+    return {"schema": SCHEMA, "benchmark": Path(sys.argv[0]).stem,
+            "provenance": record.to_dict(), **report}
+
+
+def print_json(report: dict[str, Any]) -> None:
+    print(json.dumps(with_provenance(report), indent=2))
+
+
 def emit(report: dict[str, Any], as_json: bool, printer: Callable[[dict], None]) -> None:
-    """The report on stdout: one JSON object, or the script's own text."""
+    """The report on stdout: one JSON object (`SCHEMA`), or the script's own text."""
     if as_json:
-        print(json.dumps(report))
+        print_json(report)
     else:
         printer(report)
 

@@ -26,12 +26,11 @@ the load average is printed before and after. `--tiny` is a reduced run for test
 from __future__ import annotations
 
 import argparse
-import json
 import time
 
 import torch
 import torch.nn.functional as F
-from _common import command_line, loadavg, matmul_peak, progress
+from _common import command_line, loadavg, matmul_peak, print_json, progress
 
 from tripod.policy.models import load_policy
 
@@ -142,7 +141,7 @@ def main() -> None:
                   peak_start=peak_start, peak_end=peak_end,
                   peak_gflops=(peak_start + peak_end) / 2,
                   load_before=load_before, load_after=loadavg())
-    print(json.dumps(result) if args.json else report(result))
+    print_json(result) if args.json else print(report(result))
 
 
 if __name__ == "__main__":

@@ -32,13 +32,12 @@ what overlapping gains when env work is not free waiting.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import statistics
 import time
 
 import torch
-from _common import ArenaCountingEngine, command_line, loadavg, machine_facts, progress
+from _common import ArenaCountingEngine, command_line, loadavg, machine_facts, print_json, progress
 
 from tripod.envs.registry import make
 from tripod.envs.toy import LettersEnv
@@ -202,7 +201,7 @@ def main() -> None:
         "arms": arms,
     }
     if args.json:
-        print(json.dumps(report, indent=2))
+        print_json(report)
         return
     print(f"command: {report['command']}\nsetup:   {report['setup']}")
     m = report["machine"]

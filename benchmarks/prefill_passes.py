@@ -24,12 +24,19 @@ nothing.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import time
 
 import torch
-from _common import command_line, loadavg, machine_facts, matmul_peak, print_header, progress
+from _common import (
+    command_line,
+    loadavg,
+    machine_facts,
+    matmul_peak,
+    print_header,
+    print_json,
+    progress,
+)
 
 from tripod.policy import sampler
 from tripod.policy.models import load_policy
@@ -149,7 +156,7 @@ def main() -> None:
         args.budgets = [16, 2048]
     report = run(args)
     if args.json:
-        print(json.dumps(report))
+        print_json(report)
     else:
         _print(report)
 

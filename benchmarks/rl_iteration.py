@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import tempfile
@@ -61,6 +60,7 @@ from _common import (
     loadavg,
     matmul_peak,
     max_rss_mb,
+    print_json,
     progress,
     rollout_work,
 )
@@ -408,7 +408,7 @@ def main() -> None:
         "runs": measured["runs"], "memory": measured["memory"],
     }
     if args.json:
-        print(json.dumps(report, indent=2))
+        print_json(report)
     else:
         _print(report)
 

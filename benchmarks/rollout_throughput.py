@@ -47,7 +47,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import platform
 import threading
@@ -62,6 +61,7 @@ from _common import (
     command_line,
     loadavg,
     matmul_peak,
+    print_json,
     progress,
     work_flops,
 )
@@ -381,7 +381,7 @@ def main() -> None:
         "ratios": ratios(measured["runs"]),
     }
     if args.json:
-        print(json.dumps(report, indent=2))
+        print_json(report)
     else:
         _print(report)
 

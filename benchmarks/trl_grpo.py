@@ -45,7 +45,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import math
 import os
 import platform
@@ -56,7 +55,7 @@ import time
 from typing import Any
 
 import torch
-from _common import RssSampler, command_line, loadavg, max_rss_mb, progress
+from _common import RssSampler, command_line, loadavg, max_rss_mb, print_json, progress
 
 import tripod.train.learner as learner_module
 from tripod.core.config import TrainConfig, load_config
@@ -430,7 +429,7 @@ def main() -> int:
         "problems": checks(sides, args.iterations),
     }
     if args.json:
-        print(json.dumps(report, indent=2))
+        print_json(report)
     else:
         _print(report)
     return 1 if report["problems"] else 0

@@ -1,7 +1,7 @@
-"""The RL-iteration and TRL benchmarks run end to end in reduced form (no timing asserted).
+"""Every kept benchmark runs end to end in reduced form (no timing asserted).
 
-Each script runs as a subprocess (`--tiny --json`); the tests check that every printed
-figure is present and finite, and what the figures rest on: the counters see the work the
+Each script runs as a subprocess (`--tiny --json`); the tests check the shared JSON schema
+(the figures' provenance included), that every printed figure is present and finite, and what the figures rest on: the counters see the work the
 learner really does (the LM head only on agent tokens, no reference pass without a KL term,
 backward = 1x forward with LoRA), and the TRL comparison did the
 same work on both sides and changed both models. The text report of each is checked by
@@ -34,7 +34,18 @@ def _run(script: str, *args: str) -> dict:
                           "--threads", _threads(), *args],
                          env=os.environ, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout)  # stdout holds the report alone (logs go to stderr)
+    report = json.loads(out.stdout)  # stdout holds the report alone (logs go to stderr)
+    _check_schema(report, script)
+    return report
+
+
+def _check_schema(report: dict, script: str) -> None:
+    """Every benchmark's JSON: the schema, its name and the provenance of its figures."""
+    assert report["schema"] == "tripod-benchmark/1"
+    assert report["benchmark"] == Path(script).stem
+    record = report["provenance"]
+    assert record["commit"] and record["versions"]["torch"] and record["command"]
+    assert record["machine"]["matmul_peak_gflops"] > 0 and record["machine"]["cores"] > 0
 
 
 def _finite(x) -> bool:
@@ -119,31 +130,6 @@ def test_trl_grpo_reduced(monkeypatch, capsys):
     assert not re.search(r"\bnan\b|\binf\b", text)
 
 
-def test_optimizer_step_benchmark_runs():
-    """`benchmarks/optimizer_step.py` on the tiny model: both timings and the weight gap
-    printed, finite (the fused and the default AdamW take the same steps)."""
-    out = subprocess.run([sys.executable, str(BENCHMARKS / "optimizer_step.py"), "--model",
-                          "tiny", "--repeats", "1", "--threads", _threads()],
-                         env=os.environ, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    match = re.search(r"default ([\d.]+) s, fused ([\d.]+) s .*difference ([\d.e+-]+)",
-                      out.stdout)
-    assert match and "loadavg" in out.stdout, out.stdout
-    assert float(match.group(3)) < 1e-6
-
-
-def test_checkpoint_memory_benchmark_runs():
-    """`benchmarks/checkpoint_memory.py` on the tiny model: both saves measured and printed
-    with the load average (sizes only; the tiny model's copies are too small to assert on)."""
-    out = subprocess.run([sys.executable, str(BENCHMARKS / "checkpoint_memory.py"), "--model",
-                          "tiny"], env=os.environ, capture_output=True, text=True, timeout=300)
-    assert out.returncode == 0, out.stderr[-3000:]
-    for name in ("in place (now)", "cloned (before)"):
-        assert re.search(rf"save, {re.escape(name)}: resident before [\d,]+ MB, peak during "
-                         rf"the save [\d,]+ MB", out.stdout), out.stdout
-    assert "loadavg before=" in out.stdout
-
-
 def test_decode_matmuls_reduced(monkeypatch):
     """`benchmarks/decode_matmuls.py` on the tiny model: every linear shape of a layer, the
     LM head and the forward timed for each row count, every figure finite, the table
@@ -160,39 +146,6 @@ def test_decode_matmuls_reduced(monkeypatch):
     text = importlib.import_module("decode_matmuls").report(r)
     assert "matmul peak" in text and "loadavg" in text and "| 4 |" in text
     assert not re.search(r"\bnan\b|\binf\b", text)
-
-
-@pytest.mark.skipif(subprocess.run(["git", "-C", str(BENCHMARKS), "rev-parse", "HEAD"],
-                                   capture_output=True).returncode != 0,
-                    reason="update_ab.py reads its baseline from git")
-def test_update_ab_reduced():
-    """`benchmarks/update_ab.py` on the tiny model: one real batch, one update with the
-    baseline commit's forward pass and one with the working tree's, both timed."""
-    r = _run("update_ab.py")
-    assert r["rows"] > 0 and r["tokens"] > 0 and r["positions"] >= r["tokens"]
-    assert [len(v) for v in r["update_s"].values()] == [1, 1]
-    assert all(_finite(t) and t > 0 for v in r["update_s"].values() for t in v)
-    assert len(r["loadavg"]) == 2
-
-
-def test_env_ab_reduced(monkeypatch):
-    """`benchmarks/env_ab.py --tiny`: one round of two whole rl_iteration.py runs; the A run's
-    environment lacks what only B sets, B's has it."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    env_ab = importlib.import_module("env_ab")
-    monkeypatch.setenv("TRIPOD_TEST_AB", "outer")
-    a, b = env_ab._env({}, {"TRIPOD_TEST_AB": "1"}), env_ab._env({"TRIPOD_TEST_AB": "1"}, {})
-    assert "TRIPOD_TEST_AB" not in a and b["TRIPOD_TEST_AB"] == "1"
-    assert env_ab._env({"TRIPOD_TEST_AB": "0"}, {"TRIPOD_TEST_AB": "1"})["TRIPOD_TEST_AB"] == "0"
-    out = subprocess.run([sys.executable, str(BENCHMARKS / "env_ab.py"), "--tiny", "--json",
-                          "--b", "THP_MEM_ALLOC_ENABLE=1", "--", "--threads", _threads()],
-                         env=os.environ, capture_output=True, text=True, timeout=900)
-    assert out.returncode == 0, out.stderr[-3000:]
-    r = json.loads(out.stdout)
-    assert len(r["rounds"]) == 1 and _finite(r["median_ratio_b_over_a"])
-    for label in ("A", "B"):
-        run = r["rounds"][0][label]
-        assert len(run["iterations_s"]) == 1 and run["total_s"] > 0 and run["peak_rss_mb"] > 0
 
 
 def test_env_overlap_reduced():
@@ -245,91 +198,3 @@ def test_prefill_passes_reduced(monkeypatch, capsys):
         assert len(r["runs"]) == 1 and len(r["runs"][0]) == 3   # 1 round: first + 2 later
     text = _printed("prefill_passes", report, monkeypatch, capsys)
     assert "packed-2048" in text and "of peak" in text
-
-
-def test_draft_replay_reduced(tmp_path, monkeypatch, capsys):
-    """`benchmarks/draft_replay.py` on a tiny model's run: every step size timed, every
-    draft length replayed over the run's recorded turns; with no drafts the replay takes
-    one step per token after the first (the slowest row's count per batch)."""
-    from report.helpers import make_tiny_run
-
-    run = make_tiny_run(tmp_path).run_dir
-    r = _run("draft_replay.py", "--model", "tiny", "--run", str(run))
-    assert sorted(r["step_median_s"]) == ["1", "2", "2-hf", "3"]
-    assert r["step_cost"]["1"] == 1.0 and all(_finite(c) and c > 0 for c in r["step_cost"].values())
-    assert [x["draft"] for x in r["replay"]] == [0, 1, 2]
-    plain = r["replay"][0]
-    assert plain["accepted"] == 0 and plain["cost"] == plain["steps"] > 0
-    assert plain["row_steps"] == r["action_tokens"] - r["rows_replayed"]
-    assert all(x["steps"] <= plain["steps"] for x in r["replay"])
-    text = _printed("draft_replay", r, monkeypatch, capsys)
-    assert "matmul peak" in text and "loadavg" in text and "vs k=0" in text
-    assert not re.search(r"\bnan\b|\binf\b", text)
-
-
-def test_draft_replay_verify_step_and_lookup(tiny_policy_factory, monkeypatch):
-    """The benchmark's verify step computes what the sampler would: Q tokens per row run in one
-    pass give the logits of running them one decode step at a time (so its timing is of real
-    work); prompt lookup and the replay's acceptance on a hand-made case."""
-    monkeypatch.syspath_prepend(str(BENCHMARKS))
-    dr = importlib.import_module("draft_replay")
-    import torch
-
-    from tripod.policy import packed, sampler
-
-    model = tiny_policy_factory().model.eval()
-    gen = torch.Generator().manual_seed(0)
-    contexts = torch.randint(5, 1000, (3, 20), generator=gen)
-    new = torch.randint(5, 1000, (3, 4), generator=gen)
-
-    def arena_with_contexts():
-        arena = sampler.KVArena(model, 3, 32)
-        rows = [sampler.RowState() for _ in range(3)]
-        arena.assign(rows)
-        sampler._prefill_packed(model, arena, rows, contexts.tolist(), [0, 1, 2], [None] * 3)
-        return arena
-
-    arena = arena_with_contexts()
-    positions = torch.arange(20, 24)[None].repeat(3, 1)
-    with torch.no_grad():
-        hidden = model.get_decoder()(
-            input_ids=new, position_ids=positions, use_cache=False,
-            attention_mask=torch.zeros(1, 1, 1, 1),
-            **{packed.KWARG: dr._VerifyAttention(arena, 3, positions)}).last_hidden_state
-        verified = model.get_output_embeddings()(hidden).float()                 # [3, 4, V]
-    arena = arena_with_contexts()
-    for j in range(4):
-        one = sampler._forward(model, arena, [0, 1, 2], new[:, j:j + 1], positions[:, j:j + 1],
-                               torch.zeros(3, dtype=torch.long))
-        assert (one - verified[:, j]).abs().max() < 1e-4
-
-    assert dr.lookup([7, 8, 9, 1, 7, 8], 2) == [9, 1]
-    assert dr.lookup([7, 8, 9, 7, 8, 5, 7, 8], 3) == [5, 7, 8]   # the latest match
-    assert dr.lookup([1, 2, 3], 2) == [] and dr.lookup([7, 8, 7, 8], 0) == []
-    # Row 0's action repeats its context ("... 9 10 11 12 2 ..." then "10 11 12 2"); row 1's
-    # has nothing to look up. The first token of each comes from the prefill.
-    ctx = [3, 9, 10, 11, 12, 2, 7, 9]
-    batch = [[(ctx, [10, 11, 12, 2]), (ctx, [6, 6])]]
-    cost = {1: 1.0, 2: 1.5, 3: 2.0}
-    expected = {0: (3, 4, 0, 3.0),   # one token per step; the batch runs 3 steps
-                1: (2, 3, 2, 3.0),   # "11" then "2" drafted and accepted: 2 steps of Q=2
-                2: (1, 2, 2, 2.0)}   # "11 12" accepted, "2" drawn: 1 step of Q=3
-    for k, (steps, row_steps, accepted, total) in expected.items():
-        assert dr.replay(batch, k, cost) == {"draft": k, "steps": steps, "row_steps": row_steps,
-                                             "accepted": accepted, "cost": total}
-    # A drafted token the policy did not sample ends the accepted run: one drawn token.
-    assert dr.replay([[(ctx, [10, 11, 5, 2])]], 2, cost)["accepted"] == 1
-
-
-def test_eval_batch_reduced(monkeypatch, capsys):
-    """`benchmarks/eval_batch.py` on the tiny model: one evaluation per batch size, every game
-    played, the sampler's decode steps counted, the same games won (greedy episodes do not
-    depend on their batch neighbours)."""
-    r = _run("eval_batch.py")
-    assert [x["batch_size"] for x in r["runs"]] == [2, 3]
-    for x in r["runs"]:
-        assert x["episodes"] == 3 and x["decode_steps"] > 0 and _finite(x["wall_s"])
-        assert x["loadavg_before"] and x["loadavg_after"]
-    assert r["same_games_won"] and r["summary"]["2"]["ratio"] == 1.0
-    text = _printed("eval_batch", r, monkeypatch, capsys)
-    assert "batch   3: median" in text and "load" in text

@@ -21,6 +21,7 @@ import json
 import re
 import shutil
 import sys
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from tripod.core import provenance
 from tripod.core.config import ConfigError, TrainConfig, load_config, set_dotted
 from tripod.studies.schema import (
     EvalSpec,
@@ -425,6 +427,7 @@ def summarise_study(study: StudyFile, study_path: Path, runs: list[RunSpec], out
     write_episodes(rows, outputs["episodes"])
     comparisons = [c for a, b in study.compare for c in compare(rows, a, b)]
     plot_rows = [r for r in rows if not (study.shared_sft and r.arm == "sft")]
+    command = f"tripod study {_display(study_path)}{' --smoke' if smoke else ''}"
     plots = make_plots(study.plots, plot_rows, [(r.arm.name, r.seed, r.run_dir) for r in done],
                        out / "plots")
     header = [f"Question: {study.question}", "",
@@ -433,7 +436,8 @@ def summarise_study(study: StudyFile, study_path: Path, runs: list[RunSpec], out
               f"{' (smoke size: tiny model, not a result)' if smoke else ''}; seeds "
               f"{sorted({r.seed for r in runs})}; evaluation: split {study.eval.split}, "
               f"{_games_text(runs[0].cfg)}, greedy.", "",
-              f"Command: `tripod study {_display(study_path)}{' --smoke' if smoke else ''}`"]
+              f"Command: `{command}`", "", runs_provenance([r.run_dir for r in done])]
+    outputs["provenance"] = provenance.write(out, provenance.collect(command, measure=False))
     outputs["summary"].write_text(summary_markdown(
         f"Study: {study.name}", header, rows, comparisons,
         [p.relative_to(out) for p in plots]))
@@ -442,6 +446,20 @@ def summarise_study(study: StudyFile, study_path: Path, runs: list[RunSpec], out
 
     outputs["report"] = build_report(out)  # the study page: summary, runs, tables, plots
     return outputs
+
+
+def runs_provenance(run_dirs: list[Path]) -> str:
+    """One line on where the runs' numbers come from: their commits and matmul peaks, from
+    each run's provenance record."""
+    records = [r for r in map(provenance.read, run_dirs) if r is not None]
+    if not records:
+        return "Provenance: no run records (runs made before runs recorded their provenance)."
+    commits = Counter(r.commit or "unknown" for r in records)
+    peaks = [p for r in records if (p := r.machine.matmul_peak_gflops)]
+    text = ", ".join(f"{c} ({n} runs)" for c, n in commits.items())
+    if peaks:
+        text += f"; matmul peak {min(peaks):.0f}-{max(peaks):.0f} GFLOP/s"
+    return f"Provenance: commits {text}; records in each run's {provenance.PROVENANCE_FILE}."
 
 
 def _display(path: Path) -> str:

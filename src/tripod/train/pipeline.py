@@ -2,7 +2,8 @@
 
 `tripod train RECIPE` and `tripod quickstart` both run this. Every number is measured in the
 run on held-out games (the `eval` section: split, env ids, games) with the evaluation
-sampling parameters, and written to `results.json` in the run directory.
+sampling parameters, and written to `results.json` in the run directory with the run's
+provenance (commit, package versions, machine, command; also in `provenance.json`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from tripod.core import provenance
 from tripod.core.config import ConfigError, TrainConfig
+from tripod.core.progress import StageProgress
 from tripod.envs.pool import EnvPool
 from tripod.envs.ray_pool import open_pool
 from tripod.envs.registry import check_options, family_of
-from tripod.eval.evaluate import evaluate
+from tripod.eval.evaluate import EvalResult, evaluate
 from tripod.policy.models import Policy, load_policy
 from tripod.report.html import build_report
 from tripod.report.records import TRAJECTORY_DIR, eval_path, write_trajectories
@@ -90,17 +93,28 @@ def eval_env_ids(cfg: TrainConfig) -> list[str]:
 
 def evaluate_all(stage: str, policy: Policy, cfg: TrainConfig, results: dict,
                  pool: EnvPool) -> None:
-    for env_id in eval_env_ids(cfg):
-        rcfg = rollout_config(cfg, max_turns=eval_turn_cap(cfg, env_id),
-                              batch_size=cfg.eval_batch_size())
-        rcfg.env_options = env_options(cfg, env_id)
-        res, trajs = evaluate(policy, env_id, cfg.eval.split, cfg.eval_games(env_id),
-                              sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed,
-                              pool=pool)
-        write_trajectories(eval_path(cfg.run_dir, stage, env_id), trajs, policy.tokenizer,
-                           0, source=f"eval/{stage}")
-        console.print(f"[bold]{stage}[/bold]: {res.summary()} ({res.seconds:.0f}s)")
-        results.setdefault("eval", {}).setdefault(stage, {})[env_id] = res.to_json()
+    env_ids = eval_env_ids(cfg)
+    with StageProgress(f"evaluation ({stage})", len(env_ids), "env ids",
+                       console=console) as bar:
+        for env_id in env_ids:
+            res = _evaluate_one(stage, env_id, policy, cfg, pool)
+            results.setdefault("eval", {}).setdefault(stage, {})[env_id] = res.to_json()
+            bar.advance(status=f"last success {res.success_rate:.0%}")
+
+
+def _evaluate_one(stage: str, env_id: str, policy: Policy, cfg: TrainConfig,
+                  pool: EnvPool) -> EvalResult:
+    """One env id's held-out evaluation; its episodes go to the run's trajectory files."""
+    rcfg = rollout_config(cfg, max_turns=eval_turn_cap(cfg, env_id),
+                          batch_size=cfg.eval_batch_size())
+    rcfg.env_options = env_options(cfg, env_id)
+    res, trajs = evaluate(policy, env_id, cfg.eval.split, cfg.eval_games(env_id),
+                          sampling_params(cfg.rollout.eval), rcfg, seed=cfg.run.seed,
+                          pool=pool)
+    write_trajectories(eval_path(cfg.run_dir, stage, env_id), trajs, policy.tokenizer,
+                       0, source=f"eval/{stage}")
+    console.print(f"[bold]{stage}[/bold]: {res.summary()} ({res.seconds:.0f}s)")
+    return res
 
 
 def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
@@ -119,12 +133,15 @@ def run_recipe(cfg: TrainConfig, resume: Path | None = None) -> dict:
     seed_everything(cfg.run.seed)
     check_envs(cfg)
     run_dir = prepare_run_dir(cfg) if parallel.is_main else cfg.run_dir
+    results: dict = {"run_dir": str(run_dir)}
     if parallel.is_main:
         console.print(f"run directory: {run_dir}")
+        record = provenance.collect()   # commit, versions, machine, command: before any work
+        provenance.write(run_dir, record)
+        results["provenance"] = record.to_dict()
     if parallel.local_rank == 0:
         prepare_games(cfg)
     parallel.barrier()
-    results: dict = {"run_dir": str(run_dir)}
     peaks = StagePeaks()   # resident memory per stage, into results.json
     clock = (RunClock(cfg, writes=parallel.is_main) if resume is None
              else None)   # a resumed run's minutes are unknown
@@ -181,7 +198,8 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
     if not cfg.sft.enabled:
         return policy
     t0 = time.perf_counter()
-    demos = collect_demonstrations(policy, cfg, pool)
+    with StageProgress("demonstrations", 1, "collections", console=console):
+        demos = collect_demonstrations(policy, cfg, pool)
     sft = train_sft(policy, demo_rows(demos), cfg, out_dir=cfg.run_dir / "sft")
     console.print(f"SFT: {len(demos)} demonstrations, {sft.tokens} agent tokens, "
                   f"final loss {sft.final_loss:.3f} ({time.perf_counter() - t0:.0f}s)")

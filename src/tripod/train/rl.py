@@ -16,17 +16,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rich.console import Console
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
 
 from tripod.algos.advantages import AdvantageInput, get_estimator
 from tripod.core.config import AlgoSection, TrainConfig
+from tripod.core.progress import StageProgress
 from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory
 from tripod.envs.pool import EnvPool
 from tripod.envs.ray_pool import open_pool
@@ -303,9 +296,8 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
               if parallel.is_main else None)
     history: list[dict] = []
     ckpt, saved_at, done = resume, start_iter, start_iter
-    bar = _progress(quiet)
-    task = bar.add_task("iterating", total=cfg.train.iterations, completed=start_iter)
-    bar.start()
+    bar = StageProgress("RL", cfg.train.iterations, "iterations", console=console, quiet=quiet,
+                        completed=start_iter).start()
     try:
         for it, metrics in iterations(learner, engine, start_iter, cfg.train.iterations):
             evaluating = cfg.train.eval_every and (it + 1) % cfg.train.eval_every == 0
@@ -318,7 +310,7 @@ def train_rl(cfg: TrainConfig, policy: Policy | None = None, resume: Path | None
             _report(it + 1, cfg.train.iterations, metrics, quiet)
             if cfg.train.checkpoint_every and (it + 1) % cfg.train.checkpoint_every == 0:
                 ckpt, saved_at = _save(learner, run_dir, it + 1), it + 1   # save
-            bar.update(task, advance=1, description=f"last success {metrics['success_rate']:.0%}")
+            bar.advance(status=f"last success {metrics['success_rate']:.0%}")
             done = it + 1
             if clock is not None and _out_of_time(clock, learner, done):
                 break
@@ -430,13 +422,6 @@ def _save(learner: Learner, run_dir: Path, iteration: int) -> Path:
                         {"iteration": iteration, "config": learner.cfg.model_dump(mode="json")})
     learner.parallel.barrier()
     return path
-
-
-def _progress(quiet: bool) -> Progress:
-    """The console bar over RL iterations (done/total, elapsed, time left)."""
-    return Progress(TextColumn("[bold]RL"), BarColumn(), MofNCompleteColumn(),
-                    TextColumn("{task.description}"), TimeElapsedColumn(), TimeRemainingColumn(),
-                    console=console, disable=quiet)
 
 
 def warnings_for(m: dict[str, float]) -> list[str]:

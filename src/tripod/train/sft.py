@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from rich.progress import Progress
 
 from tripod.core.config import TrainConfig
+from tripod.core.progress import StageProgress
 from tripod.core.types import Trajectory
 from tripod.envs.pool import EnvPool
 from tripod.policy.models import Policy, use_checkpointing
@@ -161,15 +161,14 @@ def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
     tokens = 0
     start = time.perf_counter()
     steps = cfg.sft.epochs * math.ceil(len(rows) / cfg.sft.batch_size)
-    with Progress(transient=True) as progress:
-        task = progress.add_task("SFT", total=steps)
+    with StageProgress("SFT", steps, "steps") as progress:
         for _ in range(cfg.sft.epochs):
             order = torch.randperm(len(rows), generator=gen).tolist()
             for idx in chunks(order, cfg.sft.batch_size):
                 loss, n = sft_step(policy, [rows[i] for i in idx], cfg, opt, params)
                 losses.append(loss)
                 tokens += n
-                progress.update(task, advance=1, description=f"SFT loss {loss:.3f}")
+                progress.advance(status=f"loss {loss:.3f}")
     model.eval()
     if out_dir is not None:
         policy.model.save_pretrained(out_dir)
