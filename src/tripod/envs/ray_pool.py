@@ -19,13 +19,12 @@ Rollout workers holding policy copies (`cluster.rollout_workers`) are in
 from __future__ import annotations
 
 import itertools
-import threading
 from collections.abc import Callable
 from typing import Any
 
 from tripod.core.config import ClusterSection
 from tripod.envs.base import Env, Step, StepInfo
-from tripod.envs.pool import EnvPool, _key
+from tripod.envs.pool import EnvPool, IdleEnvs
 from tripod.envs.registry import make
 
 
@@ -86,21 +85,18 @@ class RemoteEnv:
             self.worker.close.remote(self.key)
 
 
-class RayEnvPool:
+class RayEnvPool(IdleEnvs[RemoteEnv]):
     """`EnvPool`'s interface over Ray actors: idle envs kept per (env id, split, options),
     new envs placed on the worker hosting the fewest."""
 
     def __init__(self, workers: list[Any], new_worker: Callable[[], Any],
                  owns_ray: bool) -> None:
+        super().__init__()
         self.workers = workers
         self._new_worker = new_worker
         self._owns_ray = owns_ray
         self._hosted = {id(w): 0 for w in workers}
-        self._idle: dict[tuple, list[RemoteEnv]] = {}
-        self._lock = threading.Lock()
         self._keys = itertools.count()
-        self.created = 0
-        """Envs this pool has built."""
         self.replaced = 0
         """Workers replaced after they died."""
 
@@ -108,9 +104,9 @@ class RayEnvPool:
         import ray
 
         with self._lock:
-            idle = self._idle.get(_key(env_id, split, options))
-            if idle:
-                return idle.pop()
+            idle = self._pop_idle(env_id, split, options)
+            if idle is not None:
+                return idle
             worker = min(self.workers, key=lambda w: self._hosted[id(w)])
             self._hosted[id(worker)] += 1
             self.created += 1
@@ -132,8 +128,7 @@ class RayEnvPool:
                 if id(env.worker) in self._hosted:
                     self._hosted[id(env.worker)] -= 1
             return
-        with self._lock:
-            self._idle.setdefault(_key(env_id, split, options), []).append(env)
+        self._keep(env, env_id, split, options)
 
     def alive(self, worker: Any) -> bool:
         with self._lock:
@@ -152,27 +147,17 @@ class RayEnvPool:
                 self._idle[key] = [e for e in envs if e.worker is not dead]
             self.replaced += 1
 
-    def idle_count(self) -> int:
-        with self._lock:
-            return sum(len(v) for v in self._idle.values())
-
     def close(self) -> None:
         """Stop the workers (their envs close with them) and a Ray this pool started."""
         import ray
 
+        self._take_all()
         with self._lock:
             workers, self.workers = self.workers, []
-            self._idle.clear()
         for w in workers:
             ray.kill(w)
         if self._owns_ray and ray.is_initialized():
             ray.shutdown()
-
-    def __enter__(self) -> RayEnvPool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 def init_ray(cluster: ClusterSection) -> bool:
