@@ -34,9 +34,12 @@ from tripod.train.rl import (
     zero_variance_fraction,
 )
 
+TEMPERATURE = 0.7
+"""The sampling temperature of every recipe (at T = 1 a trainer that ignored it would pass)."""
 BASE = ["model.name=tiny", "env.id=toy/letters-2", "env.max_turns=2",
         "env.options={vocabulary: 4}", "rollout.games_per_iter=2", "rollout.group_size=2",
-        "rollout.batch_size=4", "rollout.train.temperature=1.0", "rollout.train.max_new_tokens=3",
+        "rollout.batch_size=4", f"rollout.train.temperature={TEMPERATURE}",
+        "rollout.train.max_new_tokens=3",
         "rollout.truncated_action=step", "reward.kind=dense", "algo.lr=1e-3",
         "train.tensorboard=false"]
 
@@ -132,7 +135,7 @@ def test_trainer_logprobs_are_recorded_at_update_time(tmp_path, tiny_policy_fact
     batch = _batch(learner)
     batch.advantages = batch.loss_mask.clone()  # every step moves the weights
     before, _, _ = token_logprobs(learner.policy.model, batch.input_ids, batch.attention_mask,
-                                  1.0, batch.loss_mask)
+                                  TEMPERATURE, batch.loss_mask)
     gen = torch.Generator().manual_seed(cfg.run.seed * 7919 + 0)
     first, later = torch.randperm(batch.num_rows, generator=gen).tolist()[:2]
     update(learner, batch, iteration=0)
@@ -144,7 +147,7 @@ def test_trainer_logprobs_are_recorded_at_update_time(tmp_path, tiny_policy_fact
                                rtol=0, atol=1e-4)
     assert (got[later][mask[later]] - before[later][mask[later]]).abs().max() > 1e-3
     after, _, _ = token_logprobs(learner.policy.model, batch.input_ids, batch.attention_mask,
-                                 1.0, batch.loss_mask)
+                                 TEMPERATURE, batch.loss_mask)
     assert (got[mask] - after[mask]).abs().max() > 1e-3
 
 
@@ -177,6 +180,7 @@ def test_non_finite_loss_is_named_and_a_good_step_resets_the_streak(tmp_path,
     cfg = _cfg(tmp_path, "algo.estimator=grpo", "algo.kl_coef=0.01", "algo.kl_in=loss")
     learner = build_learner(cfg, tiny_policy_factory())
     batch = _batch(learner)
+    batch.advantages = batch.loss_mask.clone()  # the good step moves the weights
     good = copy.deepcopy(batch)
     batch.ref_logprobs = torch.full_like(batch.ref_logprobs, float("nan"))  # a broken reference
     before = _params(learner.policy.model)
@@ -237,7 +241,7 @@ def test_lora_reference_is_the_base_model_after_training(tmp_path, tiny_policy_f
     base = tiny_policy_factory().model  # the same random weights, no adapters
 
     def logprobs(model):
-        return token_logprobs(model, batch.input_ids, batch.attention_mask, 1.0,
+        return token_logprobs(model, batch.input_ids, batch.attention_mask, TEMPERATURE,
                               batch.loss_mask)[0][batch.loss_mask.bool()]
 
     with torch.no_grad():
