@@ -151,3 +151,19 @@ def test_a_temperature_mistake_shows_at_this_temperature(tmp_path, tiny_policy_f
         at_one = token_logprobs(learner.policy.model, batch.input_ids, batch.attention_mask,
                                 1.0, batch.loss_mask)[0]
     assert (at_one - batch.old_logprobs)[mask].abs().max() > 0.1
+
+
+def test_each_turn_reward_sits_on_its_last_agent_token():
+    """The batch puts turn k's reward on turn k's last sampled token (the estimators read it
+    there: a per-token discount counts from it), and nowhere else."""
+    from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
+    from tripod.train.batch import trajectory_rows
+
+    first = Turn([5, 6], [7, 8, 9], [-0.1] * 3, "a", "o", 0.5, TurnStatus.OK)
+    second = Turn([5, 6, 7, 8, 9, 10], [11, 12, 13], [-0.2] * 3, "b", "o", 1.0,
+                  TurnStatus.OK)
+    traj = Trajectory(EpisodeJob("toy/letters-2", "train", 0, 0, 0, 0), "obj", "obs",
+                      [first, second], end=EpisodeEnd.MAX_TURNS)
+    (row,) = trajectory_rows(traj, [0.5, 1.0])
+    assert row.loss_mask == [0, 0, 1, 1, 1, 0, 1, 1, 1]
+    assert row.rewards == [0, 0, 0, 0, 0.5, 0, 0, 0, 1.0]
