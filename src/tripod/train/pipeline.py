@@ -198,8 +198,9 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
     if not cfg.sft.enabled:
         return policy
     t0 = time.perf_counter()
-    with StageProgress("demonstrations", 1, "collections", console=console):
+    with StageProgress("demonstrations", 1, "collections", console=console) as bar:
         demos = collect_demonstrations(policy, cfg, pool)
+        bar.advance(status=f"{len(demos)} won")
     sft = train_sft(policy, demo_rows(demos), cfg, out_dir=cfg.run_dir / "sft")
     console.print(f"SFT: {len(demos)} demonstrations, {sft.tokens} agent tokens, "
                   f"final loss {sft.final_loss:.3f} ({time.perf_counter() - t0:.0f}s)")
