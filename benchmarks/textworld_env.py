@@ -1,6 +1,7 @@
 """Measure TextWorld game generation time and env throughput.
 
     python benchmarks/textworld_env.py [--env textworld/w2-o3-q4] [--games 4] [--workers 2]
+        [--starts 8] [--json] [--tiny]
 
 Generation runs in a fresh temporary cache (so nothing is reused); then one env plays the
 generated games with the expert and with random admissible commands, reporting steps/s
@@ -17,6 +18,8 @@ import os
 import random
 import tempfile
 import time
+
+from _common import emit, loadavg, output_flags
 
 from tripod.envs import make, process
 from tripod.envs.textworld import prepare_games
@@ -54,46 +57,76 @@ def _start_seconds(env_id: str, starts: int, fork_server: bool) -> float:
     return total / starts
 
 
+def _generation(env_id: str, games: int, workers: int) -> dict[str, float]:
+    """Seconds to generate one game in-process, then `games` more with `workers`."""
+    start = time.perf_counter()
+    prepare_games(env_id, "test", [0], workers=1, progress=False)
+    one = time.perf_counter() - start
+    start = time.perf_counter()
+    prepare_games(env_id, "test", range(1, games + 1), workers=workers, progress=False)
+    return {"one_game_s": one, "games_s": time.perf_counter() - start}
+
+
+def _starts(env_id: str, starts: int) -> dict[str, float]:
+    fresh = _start_seconds(env_id, starts, fork_server=False)
+    start = time.perf_counter()
+    _start_seconds(env_id, 1, fork_server=True)  # starts the server if not yet running
+    first = time.perf_counter() - start
+    forked = _start_seconds(env_id, starts, fork_server=True)
+    env = make(env_id, split="test")
+    start = time.perf_counter()
+    env.reset(0)
+    first_reset = time.perf_counter() - start
+    start = time.perf_counter()
+    env.reset(1)
+    later_reset = time.perf_counter() - start
+    env.close()
+    return {"fresh_start_s": fresh, "forked_start_s": forked, "fork_server_first_s": first,
+            "first_reset_s": first_reset, "later_reset_s": later_reset}
+
+
+def measure(args: argparse.Namespace) -> dict:
+    """Generation, env start and steps/s of `args.env`, in a fresh temporary game cache."""
+    before = loadavg()
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["TRIPOD_CACHE"] = cache
+        report = {"env": args.env, "games": args.games, "workers": args.workers,
+                  "starts": args.starts, **_generation(args.env, args.games, args.workers),
+                  **_starts(args.env, args.starts)}
+        for policy in ("expert", "random"):
+            rate, steps = _steps_per_second(args.env, args.games, policy, 24)
+            report[f"{policy}_steps_per_s"], report[f"{policy}_steps"] = rate, steps
+    return {**report, "loadavg_before": before, "loadavg_after": loadavg()}
+
+
+def _print(r: dict) -> None:
+    print(f"{r['env']}: generation {r['one_game_s']:.1f} s for one game in-process; "
+          f"{r['games_s']:.1f} s for {r['games']} games with {r['workers']} workers "
+          f"({r['games_s'] / r['games']:.1f} s/game)")
+    print(f"env start ({r['starts']} one after another, first reset each): "
+          f"{r['fresh_start_s']:.2f} s each from a fresh interpreter, "
+          f"{r['forked_start_s']:.3f} s each forked from the fork server "
+          f"({r['fresh_start_s'] / r['forked_start_s']:.0f}x; the first forked one, which "
+          f"starts the server, {r['fork_server_first_s']:.2f} s, once per process)")
+    print(f"first reset (starts the game process): {r['first_reset_s']:.2f} s; later reset "
+          f"(same process, new game): {r['later_reset_s']:.3f} s")
+    for policy in ("expert", "random"):
+        print(f"{policy:>6} policy: {r[f'{policy}_steps_per_s']:.0f} steps/s over "
+              f"{r[f'{policy}_steps']} steps")
+    print(f"load average before {r['loadavg_before']}, after {r['loadavg_after']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env", default="textworld/w2-o3-q4")
     parser.add_argument("--games", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--starts", type=int, default=8)
+    output_flags(parser)
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as cache:
-        os.environ["TRIPOD_CACHE"] = cache
-        start = time.perf_counter()
-        prepare_games(args.env, "test", [0], workers=1, progress=False)
-        one = time.perf_counter() - start
-        start = time.perf_counter()
-        prepare_games(args.env, "test", range(1, args.games + 1), workers=args.workers)
-        many = time.perf_counter() - start
-        print(f"{args.env}: generation {one:.1f} s for one game in-process; "
-              f"{many:.1f} s for {args.games} games with {args.workers} workers "
-              f"({many / args.games:.1f} s/game)")
-        fresh = _start_seconds(args.env, args.starts, fork_server=False)
-        start = time.perf_counter()
-        _start_seconds(args.env, 1, fork_server=True)  # starts the server if not yet running
-        first = time.perf_counter() - start
-        forked = _start_seconds(args.env, args.starts, fork_server=True)
-        print(f"env start ({args.starts} one after another, first reset each): "
-              f"{fresh:.2f} s each from a fresh interpreter, {forked:.3f} s each forked "
-              f"from the fork server ({fresh / forked:.0f}x; the first forked one, which "
-              f"starts the server,"
-              f" {first:.2f} s, once per process)")
-        start = time.perf_counter()
-        env = make(args.env, split="test")
-        env.reset(0)
-        print(f"first reset (starts the game process): {time.perf_counter() - start:.2f} s")
-        start = time.perf_counter()
-        env.reset(1)
-        print(f"later reset (same process, new game): {time.perf_counter() - start:.3f} s")
-        env.close()
-        for policy in ("expert", "random"):
-            rate, steps = _steps_per_second(args.env, args.games, policy, 24)
-            print(f"{policy:>6} policy: {rate:.0f} steps/s over {steps} steps")
-        print(f"load average {[round(x, 2) for x in os.getloadavg()]}")
+    if args.tiny:   # one more game, one start of each kind: checks the script, not the speed
+        args.games, args.workers, args.starts = 1, 1, 1
+    emit(measure(args), args.json, _print)
 
 
 if __name__ == "__main__":

@@ -198,3 +198,17 @@ def test_prefill_passes_reduced(monkeypatch, capsys):
         assert len(r["runs"]) == 1 and len(r["runs"][0]) == 3   # 1 round: first + 2 later
     text = _printed("prefill_passes", report, monkeypatch, capsys)
     assert "packed-2048" in text and "of peak" in text
+
+
+@pytest.mark.slow
+def test_textworld_env_reduced(monkeypatch, capsys):
+    """`benchmarks/textworld_env.py --tiny`: generation, env starts both ways, resets and
+    steps/s of both policies measured in a fresh game cache; the text report prints them."""
+    r = _run("textworld_env.py")
+    for key in ("one_game_s", "games_s", "fresh_start_s", "forked_start_s",
+                "fork_server_first_s", "first_reset_s", "later_reset_s",
+                "expert_steps_per_s", "random_steps_per_s"):
+        assert _finite(r[key]) and r[key] > 0, key
+    assert r["expert_steps"] > 0 and r["random_steps"] > 0
+    text = _printed("textworld_env", r, monkeypatch, capsys)
+    assert "steps/s" in text and "fork server" in text
