@@ -42,9 +42,9 @@ def command_line() -> str:
     return " ".join(shlex.quote(a) for a in [sys.executable, *sys.argv])
 
 
-def output_flags(parser: argparse.ArgumentParser) -> None:
+def output_flags(parser: argparse.ArgumentParser, threads: int = 2) -> None:
     """The flags every benchmark takes: torch threads, a JSON report, a reduced run."""
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
+    parser.add_argument("--threads", type=int, default=threads, help="torch threads")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument("--tiny", action="store_true", help="reduced run for tests")
 

@@ -1,6 +1,6 @@
 """Overlapped rollouts (`cluster.overlap`) against the on-policy loop, on an env that sleeps.
 
-    python benchmarks/overlap.py [--iterations 4] [--step-s 0.3] [--model tiny]
+    python benchmarks/overlap.py [--iterations 4] [--step-s 0.3] [--model tiny] [--json] [--tiny]
     python benchmarks/overlap.py --env alfworld/generated --turns 4 --train-pool 12
     python benchmarks/overlap.py --env bench/swe-run-tests --turns 4
 
@@ -24,11 +24,11 @@ comparison is of the schedules themselves.
 from __future__ import annotations
 
 import argparse
-import os
 import tempfile
 import time
 
 import torch
+from _common import emit, loadavg, output_flags
 
 from tripod.core.config import load_config
 from tripod.envs.registry import make, register
@@ -100,6 +100,38 @@ def run(args: argparse.Namespace, overlap: bool, out: str) -> tuple[float, list[
     return time.perf_counter() - start, history
 
 
+def _row(overlap: bool, wall: float, hist: list[dict]) -> dict:
+    """One loop's figures: wall time, mean rollout and update per iteration, waits."""
+    return {"overlap": overlap, "wall_s": wall, "iterations": len(hist),
+            "rollout_s": sum(h["rollout_s"] for h in hist) / len(hist),
+            "update_s": sum(h["iteration_s"] - (0 if overlap else h["rollout_s"])
+                            for h in hist) / len(hist),
+            "waited_s": sum(h.get("wait_s", 0.0) for h in hist),
+            "staleness": [int(h["staleness"]) for h in hist]}
+
+
+def measure(args: argparse.Namespace) -> dict:
+    before = loadavg()
+    runs = []
+    with tempfile.TemporaryDirectory() as out:
+        run(argparse.Namespace(**{**vars(args), "iterations": 1}), False, out)  # warm-up
+        for overlap in (False, True) * args.rounds:  # alternating: drifts in load show
+            runs.append(_row(overlap, *run(args, overlap, out)))
+    return {"env": args.env or "bench/sleepy-letters-4", "threads": torch.get_num_threads(),
+            "runs": runs, "loadavg_before": before, "loadavg_after": loadavg()}
+
+
+def _print(r: dict) -> None:
+    print(f"env: {r['env']}; torch threads: {r['threads']}; load average before: "
+          f"{r['loadavg_before']}")
+    for x in r["runs"]:
+        print(f"overlap={x['overlap']!s:5}: {x['wall_s']:6.2f} s for {x['iterations']} "
+              f"iterations (rollout {x['rollout_s']:.2f} s, update {x['update_s']:.2f} s per "
+              f"iteration; waited for batches {x['waited_s']:.2f} s; staleness "
+              f"{x['staleness']})")
+    print(f"load average after: {r['loadavg_after']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--iterations", type=int, default=4)
@@ -113,25 +145,12 @@ def main() -> None:
                         help="with --env: rollout.train_pool (0: fresh games every iteration)")
     parser.add_argument("--rounds", type=int, default=2,
                         help="on-policy / overlapped pairs, alternating")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch intra-op threads (see the module docstring)")
+    output_flags(parser, threads=1)   # one thread: see the module docstring
     args = parser.parse_args()
+    if args.tiny:   # checks the script, not the schedules
+        args.iterations, args.rounds, args.step_s = 2, 1, 0.02
     torch.set_num_threads(args.threads)
-    print(f"env: {args.env or 'bench/sleepy-letters-4'}; torch threads: "
-          f"{torch.get_num_threads()}; load average before: {os.getloadavg()}")
-    with tempfile.TemporaryDirectory() as out:
-        run(argparse.Namespace(**{**vars(args), "iterations": 1}), False, out)  # warm-up
-        for overlap in (False, True) * args.rounds:  # alternating: drifts in load show
-            wall, hist = run(args, overlap, out)
-            rollout = sum(h["rollout_s"] for h in hist) / len(hist)
-            train = sum(h["iteration_s"] - (0 if overlap else h["rollout_s"])
-                        for h in hist) / len(hist)
-            waited = sum(h.get("wait_s", 0.0) for h in hist)
-            print(f"overlap={overlap!s:5}: {wall:6.2f} s for {len(hist)} iterations "
-                  f"(rollout {rollout:.2f} s, update {train:.2f} s per iteration; "
-                  f"waited for batches {waited:.2f} s; staleness "
-                  f"{[int(h['staleness']) for h in hist]})")
-    print(f"load average after: {os.getloadavg()}")
+    emit(measure(args), args.json, _print)
 
 
 if __name__ == "__main__":

@@ -212,3 +212,16 @@ def test_textworld_env_reduced(monkeypatch, capsys):
     assert r["expert_steps"] > 0 and r["random_steps"] > 0
     text = _printed("textworld_env", r, monkeypatch, capsys)
     assert "steps/s" in text and "fork server" in text
+
+
+@pytest.mark.slow
+def test_overlap_reduced(monkeypatch, capsys):
+    """`benchmarks/overlap.py --tiny`: one on-policy and one overlapped loop; the overlapped
+    one really trained on a batch one update old, the on-policy one never did."""
+    r = _run("overlap.py")
+    plain, overlapped = r["runs"]
+    assert (plain["overlap"], overlapped["overlap"]) == (False, True)
+    assert plain["staleness"] == [0, 0] and max(overlapped["staleness"]) == 1
+    for run in r["runs"]:
+        assert all(_finite(run[k]) and run[k] >= 0 for k in ("wall_s", "rollout_s", "update_s"))
+    assert "overlap=True" in _printed("overlap", r, monkeypatch, capsys)
