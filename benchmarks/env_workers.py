@@ -1,6 +1,6 @@
 """Env-bound rollouts with 1 and 2 Ray env workers (and the local backend for reference).
 
-    python benchmarks/env_workers.py [--episodes 8] [--turns 4] [--step-s 0.2]
+    python benchmarks/env_workers.py [--episodes 8] [--turns 4] [--step-s 0.2] [--json] [--tiny]
 
 The env is `toy/letters-N` with a sleep in every step (a stand-in for an SWE test run or an
 ALFWorld planner call: the time is spent outside the policy). Actions come from a scripted
@@ -17,8 +17,9 @@ printed with the figures because this machine is shared.
 from __future__ import annotations
 
 import argparse
-import os
 import time
+
+from _common import emit, loadavg, output_flags
 
 from tripod.core.config import ClusterSection
 from tripod.envs.pool import EnvPool
@@ -59,29 +60,44 @@ def play(pool, args: argparse.Namespace) -> float:
     return seconds
 
 
+def measure(args: argparse.Namespace) -> dict:
+    """Seconds to play the episodes locally (threads) and with 1 and 2 Ray env workers."""
+    before = loadavg()
+    factory = sleepy_factory(args.step_s)
+    seconds = {}
+    with EnvPool(factory=factory) as pool:
+        seconds["local"] = play(pool, args)
+    for workers in (1, 2):
+        cluster = ClusterSection(backend="ray", num_cpus=2, env_workers=workers)
+        with start_ray_pool(cluster, factory=factory) as pool:
+            seconds[f"ray_{workers}"] = play(pool, args)
+    return {"episodes": args.episodes, "turns": args.turns, "step_s": args.step_s,
+            "steps": args.episodes * args.turns, "seconds": seconds,
+            "loadavg_before": before, "loadavg_after": loadavg()}
+
+
+def _print(r: dict) -> None:
+    steps = r["steps"]
+    print(f"{r['episodes']} episodes x {r['turns']} turns = {steps} steps of "
+          f"{r['step_s']} s (serial: {steps * r['step_s']:.1f} s)")
+    names = {"local": "local (threads)", "ray_1": "ray, 1 env worker(s)",
+             "ray_2": "ray, 2 env worker(s)"}
+    for key, seconds in r["seconds"].items():
+        print(f"{names[key]:>24}: {seconds:6.2f} s  ({steps / seconds:5.1f} steps/s)")
+    print(f"2 workers / 1 worker wall time: {r['seconds']['ray_2'] / r['seconds']['ray_1']:.2f}")
+    print(f"load average before {r['loadavg_before']}, after {r['loadavg_after']}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--episodes", type=int, default=8)
     parser.add_argument("--turns", type=int, default=4)
     parser.add_argument("--step-s", type=float, default=0.2)
+    output_flags(parser)
     args = parser.parse_args()
-    steps = args.episodes * args.turns
-    print(f"{args.episodes} episodes x {args.turns} turns = {steps} steps of "
-          f"{args.step_s} s (serial: {steps * args.step_s:.1f} s)")
-    print(f"load average before: {os.getloadavg()}")
-    factory = sleepy_factory(args.step_s)
-    results = {}
-    with EnvPool(factory=factory) as pool:
-        results["local (threads)"] = play(pool, args)
-    for workers in (1, 2):
-        cluster = ClusterSection(backend="ray", num_cpus=2, env_workers=workers)
-        with start_ray_pool(cluster, factory=factory) as pool:
-            results[f"ray, {workers} env worker(s)"] = play(pool, args)
-    for name, seconds in results.items():
-        print(f"{name:>24}: {seconds:6.2f} s  ({steps / seconds:5.1f} steps/s)")
-    one, two = results["ray, 1 env worker(s)"], results["ray, 2 env worker(s)"]
-    print(f"2 workers / 1 worker wall time: {two / one:.2f}")
-    print(f"load average after: {os.getloadavg()}")
+    if args.tiny:   # checks the script, not the speed-up
+        args.episodes, args.turns, args.step_s = 4, 2, 0.05
+    emit(measure(args), args.json, _print)
 
 
 if __name__ == "__main__":

@@ -225,3 +225,15 @@ def test_overlap_reduced(monkeypatch, capsys):
     for run in r["runs"]:
         assert all(_finite(run[k]) and run[k] >= 0 for k in ("wall_s", "rollout_s", "update_s"))
     assert "overlap=True" in _printed("overlap", r, monkeypatch, capsys)
+
+
+@pytest.mark.slow
+def test_env_workers_reduced(monkeypatch, capsys):
+    """`benchmarks/env_workers.py --tiny`: the same scripted episodes played locally and on
+    1 and 2 Ray env workers (the script checks no episode failed); the text report prints
+    the 2 / 1 ratio."""
+    r = _run("env_workers.py")
+    assert set(r["seconds"]) == {"local", "ray_1", "ray_2"}
+    assert all(_finite(s) and s > 0 for s in r["seconds"].values())
+    assert r["steps"] == r["episodes"] * r["turns"]
+    assert "2 workers / 1 worker" in _printed("env_workers", r, monkeypatch, capsys)
