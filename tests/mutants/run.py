@@ -173,7 +173,7 @@ each to a temporary copy of the repository, runs the fast tests named for it (`-
 slow"`) and records the first test that fails. A mutant that survives is a gap in the tests.
 The mutants themselves (snippet and replacement) are listed in that script.
 
-{caught} of {len(outcomes)} mutants caught. Commit `{commit}`, written by
+{caught} of {len(outcomes)} mutants caught on the working tree at commit `{commit}`, by
 `.venv/bin/python tests/mutants/run.py --write docs/mutation.md`.
 
 {table(outcomes)}
