@@ -3,7 +3,7 @@
     python benchmarks/rollout_throughput.py [--model smollm2-135m|tiny|PATH] [--episodes 16]
         [--group-size 1] [--max-turns 12] [--max-new-tokens 16] [--temperature 0.7]
         [--truncated-action step|end] [--paths engine,serial-env,...] [--repeats 1]
-        [--threads 2] [--json] [--quick]
+        [--threads 2] [--json] [--tiny]
 
 Every path plays the same jobs (games 0..G-1 of the `test` split of `--env`, `--group-size`
 episodes each, the same per-episode sampling seeds), with the same prompt formatting (full
@@ -39,7 +39,7 @@ FLOP limit / wall time. The load average is printed before and after each timed 
 CPU time of this process (env child processes excluded): on a machine shared with other
 jobs, compare ratios within one run, not absolute times.
 
-`--quick` is a reduced run for tests (tiny model, `toy/letters-3`, 4 episodes): it checks the
+`--tiny` is a reduced run for tests (tiny model, `toy/letters-3`, 4 episodes): it checks the
 script end to end; its numbers mean nothing.
 """
 
@@ -61,6 +61,7 @@ from _common import (
     command_line,
     loadavg,
     matmul_peak,
+    output_flags,
     print_json,
     progress,
     work_flops,
@@ -334,12 +335,9 @@ def _args() -> argparse.Namespace:
                         help=f"comma-separated subset of {','.join(PATHS)}")
     parser.add_argument("--repeats", type=int, default=1,
                         help="timed rounds; odd rounds run the paths in reverse order")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
-    parser.add_argument("--quick", action="store_true",
-                        help="reduced run for tests: tiny model, toy env, 4 episodes, 2 turns")
+    output_flags(parser)
     args = parser.parse_args()
-    if args.quick:
+    if args.tiny:   # a reduced run for tests: tiny model, toy env, 4 episodes, 2 turns
         args.model, args.env, args.episodes, args.group_size = "tiny", "toy/letters-3", 4, 2
         args.max_turns, args.max_new_tokens, args.repeats = 2, 4, 2
     args.paths = tuple(p for p in args.paths.split(",") if p)

@@ -1,4 +1,4 @@
-"""`benchmarks/rollout_throughput.py --quick` runs end to end (no timing is asserted).
+"""`benchmarks/rollout_throughput.py --tiny` runs end to end (no timing is asserted).
 
 It checks what the figures rest on: every path plays every episode, the four engine paths
 replay identical actions (so their time ratios compare equal work), and the script's own
@@ -16,17 +16,18 @@ from pathlib import Path
 SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "rollout_throughput.py"
 
 
-def test_rollout_benchmark_quick():
+def test_rollout_benchmark_tiny():
     threads = os.environ.get("OMP_NUM_THREADS", "2")   # one per pytest-xdist worker
-    out = subprocess.run([sys.executable, str(SCRIPT), "--quick", "--json", "--threads", threads],
+    out = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--json", "--threads", threads],
                          env=os.environ, capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
+    assert report["schema"] == "tripod-benchmark/1" and report["provenance"]["commit"]
     runs = report["runs"]
     assert set(runs) == {"engine", "serial-env", "no-reuse", "one-at-a-time", "naive"}
     assert report["engine_paths_same_actions"]
     for path, rounds in runs.items():
-        assert len(rounds) == 2  # --quick times two rounds, in alternating order
+        assert len(rounds) == 2  # --tiny times two rounds, in alternating order
         for s in rounds:
             assert s["episodes"] == 4 and s["generated_tokens"] > 0 and s["model_tflop"] > 0
             assert s["loadavg_before"] and s["flop_limit_s"] > 0
