@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+import yaml
+
 RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
@@ -51,12 +53,24 @@ def cmd_play(args: argparse.Namespace) -> int:
 
     summary = play(args.env_id, args.policy, args.episodes, seed=args.seed, split=args.split,
                    max_turns=args.max_turns, print_fn=(lambda *a, **k: None) if args.json
-                   and args.policy != "human" else print)
+                   and args.policy != "human" else print, **_env_options(args.option))
     if args.json:
         print(json.dumps(summary.to_json()))
     else:
         print(f"won {summary.won}/{summary.episodes} ({summary.success_rate:.0%})")
     return 0
+
+
+def _env_options(pairs: list[str]) -> dict:
+    """`--option KEY=VALUE` pairs as env options (each VALUE read as YAML: `true`, `3`,
+    `[a, b]`)."""
+    options = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise SystemExit(f"--option needs KEY=VALUE, got {pair!r}")
+        options[key] = yaml.safe_load(value)
+    return options
 
 
 def cmd_rollout(args: argparse.Namespace) -> int:
@@ -151,17 +165,19 @@ def eval_settings(args: argparse.Namespace):
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
+    from tripod.core.provenance import collect
     from tripod.eval.evaluate import evaluate
     from tripod.policy import load_policy
 
     sampling, rcfg = eval_settings(args)
+    record = collect() if args.json else None   # the machine before the evaluation loads it
     policy = load_policy(args.checkpoint)
     res, _ = evaluate(policy, args.env, args.split, args.episodes, sampling, rcfg,
                       seed=args.seed)
-    if args.json:
+    if record is not None:
         out = res.to_json()
         out.pop("per_game")
-        print(json.dumps(out))
+        print(json.dumps({**out, "provenance": record.to_dict()}))
     else:
         print(res.summary())
     return 0
@@ -174,9 +190,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_training_commands(sub)
     _add_eval_command(sub)
     from tripod.report.commands import add_inspect_parser, add_report_parser
+    from tripod.report.results import add_results_parser
 
     add_report_parser(sub)
     add_inspect_parser(sub)
+    add_results_parser(sub)
     from tripod.studies.study import register_study_commands
 
     register_study_commands(sub)
@@ -198,6 +216,8 @@ def _add_env_commands(sub: argparse._SubParsersAction) -> None:
     play.add_argument("--split", default="test")
     play.add_argument("--max-turns", type=int, default=None)
     play.add_argument("--json", action="store_true")
+    play.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                      help="an env option (repeatable), e.g. --option expert_type=handcoded")
     play.set_defaults(fn=cmd_play)
 
     ro = sub.add_parser("rollout", help="play episodes with a model")
@@ -254,7 +274,8 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--batch-size", type=int, default=None,
                     help="episodes at once; default: the checkpoint recipe's eval.batch_size "
                          "(else its rollout.batch_size; 16 without a recipe)")
-    ev.add_argument("--json", action="store_true")
+    ev.add_argument("--json", action="store_true",
+                    help="one JSON object: the result and its provenance (commit, machine)")
     ev.set_defaults(fn=cmd_eval)
 
 

@@ -44,6 +44,14 @@ EXTRA = {
                          "train.eval_games=1"]
        for n in ("sft-ppo", "diversity-single", "diversity-mix")},
 }
+# the searching expert needs up to ~30 turns; replies are restricted to admissible commands,
+# so the tiny model's episodes are valid play to the turn cap
+EXTRA["alfworld-cpu"] = ["sft.max_turns=40", "eval.games=1", "train.eval_every=2",
+                         "train.eval_games=1", "rollout.train.max_new_tokens=12",
+                         "rollout.eval.max_new_tokens=12",
+                         "eval.env_ids=[alfworld/generated-pick_and_place_simple]",
+                         "env.options_by_env={alfworld/generated-pick_and_place_simple: "
+                         "{expert: false}}"]
 # The mix's final evaluation on all six task types (a minute of cold-cache games in CI): two of
 # them here, one trained and one held out; the run evaluates every listed env id the same way.
 EXTRA["alfworld-diversity-mix"] += [
@@ -55,7 +63,8 @@ EXTRA["alfworld-diversity-mix"] += [
 @pytest.mark.parametrize("name", NAMES)
 def test_recipe_runs_end_to_end(tmp_path, name):
     recipe = RECIPES / f"{name}.yaml"
-    evals = [o for o in EXTRA.get(name, []) if o.startswith("eval.env_ids")]
+    evals = [o for o in EXTRA.get(name, [])
+             if o.startswith(("eval.env_ids", "env.options_by_env"))]
     cfg = load_config(recipe, overrides=evals)
     rc = main(["train", str(recipe), f"run.out_dir={tmp_path}", "run.name=r", *SMALL,
                *EXTRA.get(name, [])])

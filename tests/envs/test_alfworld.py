@@ -238,3 +238,77 @@ def _expert_walk(game_id: str) -> list[str]:
     task_type, seed = task_seed.rsplit("-", 1)
     path = generator.game_dir("test", int(seed), task_type) / "game.tw-pddl"
     return json.loads(path.read_text())["walkthrough"]
+
+
+SEARCHED_TYPES = ("pick_and_place_simple", "look_at_obj_in_light", "pick_clean_then_place_in_recep")
+"""Task types the searching expert is tested on (games the tests above generate anyway)."""
+
+
+@pytest.mark.parametrize("task_type", SEARCHED_TYPES)
+def test_searching_expert_wins_by_looking_where_the_planner_walks_straight(task_type):
+    """ALFWorld's handcoded agent (`expert_type: handcoded`) wins the generated games, every
+    action it proposes is admissible, and it plays no shorter than the planner (it finds the
+    objects by visiting receptacles instead of reading their places from the state)."""
+    searcher = make(f"alfworld/generated-{task_type}", split="test", expert_type="handcoded")
+    planner = make(f"alfworld/generated-{task_type}", split="test")
+    try:
+        for index in range(GAMES_PER_TYPE):
+            walked = []
+            _, info = searcher.reset(index)
+            for _ in range(40):
+                assert info.expert_action in info.admissible_actions
+                walked.append(info.expert_action)
+                info = searcher.step(info.expert_action).info
+                if info.won:
+                    break
+            assert info.won, (task_type, index, walked)
+            planned, _ = _play_expert(planner, index)
+            assert len(walked) >= planned.extra["turn"]
+    finally:
+        searcher.close()
+        planner.close()
+
+
+def test_searching_expert_is_reproducible_and_recovers_from_a_detour():
+    """The same game gives the same proposals; after actions it did not choose (DAgger: the
+    policy plays, the expert labels) it still leads to a win."""
+    env = make("alfworld/generated-pick_and_place_simple", split="test", expert_type="handcoded")
+    try:
+        runs = []
+        for _ in range(2):
+            _, info = env.reset(1)
+            proposals = [info.expert_action]
+            for _ in range(3):
+                info = env.step(info.expert_action).info
+                proposals.append(info.expert_action)
+            runs.append(proposals)
+        assert runs[0] == runs[1]
+        _, info = env.reset(1)
+        for detour in ("inventory", "look", next(a for a in info.admissible_actions
+                                               if a.startswith("go to"))):
+            info = env.step(detour).info
+        for _ in range(40):
+            info = env.step(info.expert_action).info
+            if info.won:
+                break
+        assert info.won
+    finally:
+        env.close()
+
+
+def test_admissible_actions_option_lists_the_commands_after_the_observation():
+    plain = make("alfworld/generated-pick_and_place_simple", split="test")
+    listed = make("alfworld/generated-pick_and_place_simple", split="test",
+                  admissible_actions=True)
+    try:
+        obs, info = plain.reset(0)
+        obs_listed, info_listed = listed.reset(0)
+        assert "Admissible actions:" not in obs
+        assert obs_listed == f"{obs}\nAdmissible actions: {', '.join(info.admissible_actions)}"
+        step = listed.step(info_listed.admissible_actions[0])
+        assert step.observation.endswith(", ".join(step.info.admissible_actions))
+    finally:
+        plain.close()
+        listed.close()
+    with pytest.raises(ValueError, match="expert_type"):
+        make("alfworld/generated", split="test", expert_type="oracle")

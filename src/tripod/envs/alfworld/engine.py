@@ -80,6 +80,10 @@ class Engine:
     def facts(self) -> Facts:
         return adapter.facts(self._current())
 
+    def readable_facts(self) -> list:
+        """The facts with ALFWorld's object names (`adapter.readable_facts`)."""
+        return adapter.readable_facts(self._pddl(), self._current())
+
     def _current(self) -> GameState:
         if self.state is None:
             raise RuntimeError("no game state: call reset() first")

@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tripod.envs.alfworld import real
 from tripod.envs.alfworld.sources import GameSource, GeneratedGames, RealGames
-from tripod.envs.alfworld.task_types import TASK_TYPES
+from tripod.envs.alfworld.task_types import EXPERT_TYPES, TASK_TYPES
 from tripod.envs.base import SPLITS, EnvError, Step, StepInfo
 from tripod.envs.process import ChildProcess
 
@@ -40,13 +40,15 @@ class AlfworldEnv:
 
     def __init__(self, env_id: str, split: str, games: GameSource, expert: bool = True,
                  max_turns: int | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
-                 reset_timeout_s: float = RESET_TIMEOUT_S) -> None:
+                 reset_timeout_s: float = RESET_TIMEOUT_S,
+                 admissible_actions: bool = False, expert_type: str = "planner") -> None:
         self.env_id = env_id
         self.split = split
         self.step_timeout_s = step_timeout_s
         self.reset_timeout_s = reset_timeout_s
         kwargs = {"env_id": env_id, "split": split, "games": games, "expert": expert,
-                  "max_turns": max_turns}
+                  "max_turns": max_turns, "admissible_actions": admissible_actions,
+                  "expert_type": expert_type}
         environ = {"ALFWORLD_DATA": real.alfworld_data()}  # the child's only, see real.py
         self._process = ChildProcess(GAME_TARGET, kwargs, environ=environ,
                                      label=f"ALFWorld game process ({env_id}, {split})")
@@ -94,7 +96,9 @@ def _task_types(env_id: str, prefix: str, override: Sequence[str] | None) -> tup
     return types
 
 
-def _check(split: str, max_turns: int | None) -> None:
+def _check(split: str, max_turns: int | None, expert_type: str = "planner") -> None:
+    if expert_type not in EXPERT_TYPES:
+        raise ValueError(f"unknown expert_type {expert_type!r}; valid: {', '.join(EXPERT_TYPES)}")
     if split not in SPLITS:
         raise ValueError(f"unknown split {split!r}; valid splits: {', '.join(SPLITS)}")
     if max_turns is not None and max_turns < 1:
@@ -104,29 +108,35 @@ def _check(split: str, max_turns: int | None) -> None:
 def make_generated(env_id: str, split: str = "train", *, expert: bool = True,
                    max_turns: int | None = None, task_types: Sequence[str] | None = None,
                    step_timeout_s: float = STEP_TIMEOUT_S,
-                   reset_timeout_s: float = RESET_TIMEOUT_S) -> AlfworldEnv:
+                   reset_timeout_s: float = RESET_TIMEOUT_S,
+                   admissible_actions: bool = False,
+                   expert_type: str = "planner") -> AlfworldEnv:
     """``alfworld/generated[-TASK_TYPE]``; ``task_types`` mixes several types round-robin.
 
     `expert`: fill `info.expert_action` from the planner (a replan after every detour;
-    turn it off for RL rollouts). `max_turns`: truncate after this many actions."""
-    _check(split, max_turns)
+    turn it off for RL rollouts). `max_turns`: truncate after this many actions.
+    `admissible_actions`: list the valid commands after each observation. `expert_type`:
+    `planner` (optimal plans from the full state) or `handcoded` (ALFWorld's searching
+    agent, `searcher.py`)."""
+    _check(split, max_turns, expert_type)
     types = _task_types(env_id, "alfworld/generated", task_types)
     return AlfworldEnv(env_id, split, GeneratedGames(split, types), expert, max_turns,
-                       step_timeout_s, reset_timeout_s)
+                       step_timeout_s, reset_timeout_s, admissible_actions, expert_type)
 
 
 def make_real(env_id: str, split: str = "train", *, expert: bool = True,
               max_turns: int | None = None, task_types: Sequence[str] | None = None,
               data_dir: str | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
-              reset_timeout_s: float = RESET_TIMEOUT_S) -> AlfworldEnv:
+              reset_timeout_s: float = RESET_TIMEOUT_S,
+              admissible_actions: bool = False, expert_type: str = "planner") -> AlfworldEnv:
     """``alfworld/real[-TASK_TYPE]`` from ``data_dir`` or ``$ALFWORLD_DATA`` (checked now, so
     missing data fails here with the expected layout rather than at the first reset)."""
-    _check(split, max_turns)
+    _check(split, max_turns, expert_type)
     types = _task_types(env_id, "alfworld/real", task_types)
     games = real.list_games(split, types, data_dir)
     source = RealGames(games, real.data_root(data_dir) / real.REAL_SPLITS[split])
     return AlfworldEnv(env_id, split, source, expert, max_turns, step_timeout_s,
-                       reset_timeout_s)
+                       reset_timeout_s, admissible_actions, expert_type)
 
 
 def prepare_games(env_id: str, split: str, indices: Sequence[int], workers: int = 2, *,

@@ -17,7 +17,9 @@ from __future__ import annotations
 import json
 
 from tripod.envs.alfworld.engine import Engine, intro_text, objective_of
+from tripod.envs.alfworld.searcher import Searcher
 from tripod.envs.alfworld.sources import GameRef, GameSource
+from tripod.envs.alfworld.task_types import EXPERT_TYPES
 from tripod.envs.alfworld.tasks import MAX_STAGE, TaskSpec, stage
 from tripod.envs.base import EnvError, Step, StepInfo, clean_action
 
@@ -36,11 +38,17 @@ class AlfworldGame:
     """ALFWorld text games, one episode at a time (see the module docstring)."""
 
     def __init__(self, env_id: str, split: str, games: GameSource, expert: bool = True,
-                 max_turns: int | None = None) -> None:
+                 max_turns: int | None = None, admissible_actions: bool = False,
+                 expert_type: str = "planner") -> None:
+        if expert_type not in EXPERT_TYPES:
+            raise ValueError(f"unknown expert_type {expert_type!r}; valid: {', '.join(EXPERT_TYPES)}")
         self.env_id = env_id
         self.split = split
         self.expert = expert
+        self.expert_type = expert_type
+        self._searcher: Searcher | None = None
         self.max_turns = max_turns
+        self.list_admissible = admissible_actions
         self._games = games
         self._engine = Engine()
         self._game: GameRef | None = None
@@ -63,13 +71,15 @@ class AlfworldGame:
         walkthrough = json.loads(self._game.path.read_text()).get("walkthrough")
         self._engine.load(str(self._game.path))
         state = self._engine.reset()
+        self._searcher = (Searcher(self._game.path, state.feedback, game_index)
+                          if self.expert and self.expert_type == "handcoded" else None)
         self._plan = list(walkthrough) if isinstance(walkthrough, list) else None
         self._turn, self._done = 0, False
         self._last_obs = intro_text(state.feedback)
         self._objective = objective_of(self._last_obs)
         info = self._info(invalid=False)
         self._progress = info.progress
-        return self._last_obs, info
+        return self._shown(self._last_obs, info), info
 
     def step(self, action: str) -> Step:
         if self._game is None:
@@ -82,13 +92,23 @@ class AlfworldGame:
         state = self._engine.step(command)
         self._turn += 1
         self._follow_plan(command, invalid)
+        if self._searcher is not None:
+            self._searcher.after(state, self._engine.readable_facts(), command,
+                                 self._engine.admissible)
         info = self._info(invalid)
         reward, self._progress = info.progress - self._progress, info.progress
         terminated = info.won
         truncated = not terminated and self.max_turns is not None and self._turn >= self.max_turns
         self._done = terminated or truncated
         self._last_obs = state.feedback.strip()
-        return Step(self._last_obs, reward, terminated, truncated, info)
+        return Step(self._shown(self._last_obs, info), reward, terminated, truncated, info)
+
+    def _shown(self, observation: str, info: StepInfo) -> str:
+        """The observation as the agent sees it: with the `admissible_actions` option, the
+        commands valid now follow it (as verl-agent's ALFWorld prompt lists them)."""
+        if not self.list_admissible or self._done or not info.admissible_actions:
+            return observation
+        return f"{observation}\nAdmissible actions: {', '.join(info.admissible_actions)}"
 
     def close(self) -> None:
         self._engine.close()
@@ -102,6 +122,8 @@ class AlfworldGame:
     def _expert_action(self) -> str | None:
         if not self.expert or self._engine.won:
             return None
+        if self._searcher is not None:
+            return self._searcher.next_action
         if not self._plan or self._plan[0] not in self._engine.admissible:
             self._plan = self._engine.plan_within(PLAN_CPU_S)
         return self._plan[0] if self._plan else None

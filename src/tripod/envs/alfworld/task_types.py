@@ -17,3 +17,9 @@ TASK_TYPES = (
     "pick_two_obj_and_place",
 )
 """ALFWorld's task types, in its own numbering order (1..6)."""
+
+
+EXPERT_TYPES = ("planner", "handcoded")
+"""The env's `expert_type` option. `planner`: fast-downward's optimal plan from the full
+state. `handcoded`: ALFWorld's handcoded agent, which searches receptacles as an agent that
+sees only the text must (`searcher.py`)."""

@@ -85,6 +85,12 @@ def facts(state: GameState) -> Facts:
     return frozenset((p.name, *(v.name for v in p.arguments)) for p in state["_facts"])
 
 
+def readable_facts(env: PddlEnv, state: GameState) -> list:
+    """The state's facts (textworld `Proposition`s) with ALFWorld's object names, as
+    ``EnvInfos(facts=True)`` would report them (ALFWorld's handcoded agent reads these)."""
+    return [env._get_human_readable_fact(fact) for fact in state["_facts"]]
+
+
 def replan(env: PddlEnv) -> list[str]:
     """An optimal plan (ALFWorld commands) from the current state; [] if there is none. The
     call ALFWorld's ``AlfredExpert(expert_type="planner")`` makes."""
