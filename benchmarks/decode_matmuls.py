@@ -30,7 +30,7 @@ import time
 
 import torch
 import torch.nn.functional as F
-from _common import command_line, loadavg, matmul_peak, print_json, progress
+from _common import command_line, loadavg, matmul_peak, output_flags, print_json, progress
 
 from tripod.policy.models import load_policy
 
@@ -124,9 +124,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="smollm2-135m")
     parser.add_argument("--rows", type=int, nargs="+", default=[1, 4, 16, 64])
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
-    parser.add_argument("--tiny", action="store_true", help="reduced run for tests")
+    output_flags(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     model_name = "tiny" if args.tiny else args.model

@@ -37,7 +37,15 @@ import statistics
 import time
 
 import torch
-from _common import ArenaCountingEngine, command_line, loadavg, machine_facts, print_json, progress
+from _common import (
+    ArenaCountingEngine,
+    command_line,
+    loadavg,
+    machine_facts,
+    output_flags,
+    print_json,
+    progress,
+)
 
 from tripod.envs.registry import make
 from tripod.envs.toy import LettersEnv
@@ -175,10 +183,7 @@ def _args() -> argparse.Namespace:
     p.add_argument("--episodes", type=int, default=16, help="episodes (4 per game), batched")
     p.add_argument("--max-new-tokens", type=int, default=16)
     p.add_argument("--rounds", type=int, default=2)
-    p.add_argument("--threads", type=int, default=2, help="torch threads")
-    p.add_argument("--json", action="store_true", help="print one JSON object instead")
-    p.add_argument("--tiny", action="store_true",
-                   help="reduced run for tests (tiny model, short sleeps)")
+    output_flags(p)   # --tiny: the tiny model and short sleeps
     args = p.parse_args()
     if args.tiny:
         args.model, args.slow_s, args.fast_s, args.turns = "tiny", 0.3, 0.0, 3

@@ -33,6 +33,7 @@ from _common import (
     loadavg,
     machine_facts,
     matmul_peak,
+    output_flags,
     print_header,
     print_json,
     progress,
@@ -147,9 +148,7 @@ def main() -> None:
     parser.add_argument("--later", type=int, default=4, help="turns after the first")
     parser.add_argument("--budgets", type=int, nargs="+", default=[1024, 2048, 4096])
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--tiny", action="store_true", help="reduced run for tests")
+    output_flags(parser)
     args = parser.parse_args()
     if args.tiny:
         args.model, args.rows, args.later, args.repeats = "tiny", 4, 2, 1

@@ -60,6 +60,7 @@ from _common import (
     loadavg,
     matmul_peak,
     max_rss_mb,
+    output_flags,
     print_json,
     progress,
     rollout_work,
@@ -362,10 +363,7 @@ def _args() -> argparse.Namespace:
     parser.add_argument("--no-shared-prefix", action="store_true",
                         help="run every row whole in the trainer (the shared-prefix pass off)")
     parser.add_argument("--iterations", type=int, default=1, help="timed iterations")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
-    parser.add_argument("--tiny", action="store_true",
-                        help="reduced run for tests: tiny model on toy/letters-2")
+    output_flags(parser)   # --tiny: the tiny model on toy/letters-2
     return parser.parse_args()
 
 

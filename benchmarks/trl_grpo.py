@@ -55,7 +55,15 @@ import time
 from typing import Any
 
 import torch
-from _common import RssSampler, command_line, loadavg, max_rss_mb, print_json, progress
+from _common import (
+    RssSampler,
+    command_line,
+    loadavg,
+    max_rss_mb,
+    output_flags,
+    print_json,
+    progress,
+)
 
 import tripod.train.learner as learner_module
 from tripod.core.config import TrainConfig, load_config
@@ -380,10 +388,7 @@ def _args() -> argparse.Namespace:
                         help="run every row whole in the trainer (the shared-prefix pass off)")
     parser.add_argument("--lr", type=float, default=1e-5, help="the quickstart's learning rate")
     parser.add_argument("--iterations", type=int, default=2, help="timed iterations per side")
-    parser.add_argument("--threads", type=int, default=2, help="torch threads")
-    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
-    parser.add_argument("--tiny", action="store_true",
-                        help="reduced run for tests: tiny model, 4 prompts x 2 samples x 8 tokens")
+    output_flags(parser)   # --tiny: the tiny model, 4 prompts x 2 samples x 8 tokens
     args = parser.parse_args()
     if args.tiny:
         args.model, args.prompts, args.generations = "tiny", 4, 2
