@@ -1,5 +1,5 @@
 """`tripod` command line: envs, play, rollout, quickstart, sft, train, sweep, eval, report,
-inspect, study, budget."""
+inspect, results, study, budget, doctor."""
 
 from __future__ import annotations
 
