@@ -47,8 +47,7 @@ def _eval_args(checkpoint, env, **flags):
 
 def test_tripod_eval_uses_the_checkpoint_recipe(tmp_path, capsys):
     from tripod.cli import eval_settings
-    from tripod.core.config import load_config
-    from tripod.train.common import write_recipe
+    from tripod.core.config import load_config, write_recipe
 
     cfg = load_config(None, ["env.id=textworld/w2-o3-q4", "env.max_turns=9",
                              "rollout.eval.max_new_tokens=16", "prompt.history_window=2",
@@ -75,9 +74,8 @@ def test_tripod_eval_uses_the_checkpoint_recipe(tmp_path, capsys):
 def test_one_turn_cap_rule_for_train_evaluations_and_tripod_eval(monkeypatch):
     """A w2-o3-q4 recipe (12 turns) evaluated on w4-o6-q8 plays the paper's 24 turns there,
     in `tripod train`'s evaluations as in `tripod eval`; `eval.max_turns` wins everywhere."""
-    from tripod.core.config import load_config
+    from tripod.core.config import eval_turn_cap, load_config
     from tripod.train import pipeline
-    from tripod.train.common import eval_turn_cap
 
     base = ["env.id=textworld/w2-o3-q4", "env.max_turns=12",
             "eval.env_ids=[textworld/w2-o3-q4, textworld/w4-o6-q8, swe/generated-easy]"]
@@ -104,9 +102,8 @@ def test_evaluations_play_eval_batch_size_episodes_at_once(tmp_path, monkeypatch
     train`'s evaluations, its validation runs and `tripod eval` of its checkpoint; unset,
     `rollout.batch_size`. A `--batch-size` flag wins."""
     from tripod.cli import eval_settings
-    from tripod.core.config import load_config
+    from tripod.core.config import load_config, write_recipe
     from tripod.train import pipeline, rl
-    from tripod.train.common import write_recipe
 
     default = load_config(None, ["rollout.batch_size=12"])
     cfg = load_config(None, ["rollout.batch_size=12", "eval.batch_size=20"])

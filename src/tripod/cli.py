@@ -143,9 +143,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def eval_settings(args: argparse.Namespace):
     """Evaluate what was trained: the checkpoint's recipe gives the prompt, env options, turn
     cap and evaluation sampling; a flag given on the command line overrides its setting."""
-    from tripod.core.config import TrainConfig
-    from tripod.envs.play import default_max_turns
-    from tripod.train.common import env_options, eval_turn_cap, read_recipe, rollout_config
+    from tripod.core.config import (
+        TrainConfig,
+        default_max_turns,
+        env_options,
+        eval_turn_cap,
+        read_recipe,
+    )
+    from tripod.train.common import rollout_config
 
     recipe = read_recipe(args.checkpoint) if Path(args.checkpoint).is_dir() else None
     cfg = recipe or TrainConfig()

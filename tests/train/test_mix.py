@@ -93,8 +93,8 @@ def test_options_by_env_reach_every_use_of_that_env(tiny_policy_factory, tmp_pat
     """`env.options_by_env` gives each other env id its options wherever it is played: an
     RL-only id (letters-3), an SFT-only id (letters-4) and an evaluation-only id (letters-5),
     each with its own vocabulary; keys the run does not play, or env.id, fail."""
+    from tripod.core.config import env_options
     from tripod.train import pipeline
-    from tripod.train.common import env_options
 
     mix = [*BASE, "rollout.env_ids=[toy/letters-3]", "sft.enabled=true", "sft.games=2",
            "sft.env_ids=[toy/letters-4]", "eval.env_ids=[toy/letters-2, toy/letters-5]",

@@ -7,6 +7,8 @@ overridden from the command line with dotted keys: ``rollout.group_size=8``.
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -512,3 +514,70 @@ def _describe(exc: ValidationError, path: str | Path | None) -> str:
 
 def dump_config(cfg: TrainConfig) -> str:
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+# -- what a run plays with: recipe-to-settings rules shared by training and `tripod eval` ----
+
+
+def default_max_turns(env_id: str) -> int:
+    """The paper's turn caps (arXiv 2510.01132): 12 for w2-o3-q4 and 24 for w4-o6-q8, i.e. three
+    times the quest length for custom TextWorld games; 24 for tw-simple and ALFWorld; 40
+    tool calls for SWE tasks."""
+    if m := re.fullmatch(r"textworld/w\d+-o\d+-q(\d+)", env_id):
+        return 3 * int(m.group(1))
+    if env_id.startswith("swe"):
+        return 40
+    return 24
+
+
+def env_options(cfg: TrainConfig, env_id: str) -> dict:
+    """The options an env id plays with in this run: `env.options` for the recipe's env,
+    `env.options_by_env` for the others (their defaults where it names none)."""
+    if env_id == cfg.env.id:
+        return dict(cfg.env.options)
+    return dict(cfg.env.options_by_env.get(env_id, {}))
+
+
+def other_env_ids(cfg: TrainConfig) -> list[str]:
+    """The env ids a run plays besides `env.id`: its RL and demonstration mixes and its other
+    evaluated envs."""
+    played = [*cfg.rollout.env_ids, *cfg.sft.env_ids, *cfg.eval_env_ids()]
+    return [e for e in dict.fromkeys(played) if e != cfg.env.id]
+
+
+def own_env_first(cfg: TrainConfig, more: list[str]) -> list[str]:
+    """`env.id`, then the other env ids of a mix (`sft.env_ids`, `rollout.env_ids`)."""
+    return [cfg.env.id, *(e for e in more if e != cfg.env.id)]
+
+
+def turn_cap(cfg: TrainConfig, env_id: str) -> int:
+    """The turn cap of `env_id` in this run: the recipe's `env.max_turns` for its own env,
+    the paper's cap (`default_max_turns`) for any other (mixes, evaluations)."""
+    return cfg.env.max_turns if env_id == cfg.env.id else default_max_turns(env_id)
+
+
+def eval_turn_cap(cfg: TrainConfig, env_id: str) -> int:
+    """The turn cap an evaluation of `env_id` uses, one rule for `tripod train`'s evaluations
+    and `tripod eval`: `eval.max_turns` if the recipe sets it; else the recipe's own cap for
+    its training env, and the paper's cap for any other env id (a w2-o3-q4 recipe evaluated
+    on w4-o6-q8 plays 24 turns there, not its own 12)."""
+    return cfg.eval.max_turns or turn_cap(cfg, env_id)
+
+
+RECIPE_FILE = "recipe.yaml"
+"""The recipe a saved model was trained with, next to its weights (`tripod eval` reads it)."""
+
+
+def write_recipe(folder: Path, cfg: TrainConfig) -> None:
+    (Path(folder) / RECIPE_FILE).write_text(dump_config(cfg))
+
+
+def read_recipe(folder: str | Path) -> TrainConfig | None:
+    """The recipe saved with a model folder or checkpoint; None if it has none."""
+    folder = Path(folder)
+    if (folder / RECIPE_FILE).is_file():
+        return TrainConfig.model_validate(yaml.safe_load((folder / RECIPE_FILE).read_text()))
+    state = folder / "state.json"
+    if state.is_file() and "config" in (data := json.loads(state.read_text())):
+        return TrainConfig.model_validate(data["config"])
+    return None

@@ -16,11 +16,11 @@ runs with different seeds play different games.
 from __future__ import annotations
 
 import random
-import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
 
+from tripod.core.config import default_max_turns
 from tripod.envs.base import Env, EnvError, StepInfo
 from tripod.envs.registry import make
 
@@ -111,17 +111,6 @@ def make_policy(name: str, env_id: str, seed: int = 0,
     if name == "human":
         return HumanPolicy(input_fn, print_fn)
     raise ValueError(f"unknown policy {name!r}; choose one of {', '.join(POLICIES)}")
-
-
-def default_max_turns(env_id: str) -> int:
-    """The paper's turn caps (arXiv 2510.01132): 12 for w2-o3-q4 and 24 for w4-o6-q8, i.e. three
-    times the quest length for custom TextWorld games; 24 for tw-simple and ALFWorld; 40
-    tool calls for SWE tasks."""
-    if m := re.fullmatch(r"textworld/w\d+-o\d+-q(\d+)", env_id):
-        return 3 * int(m.group(1))
-    if env_id.startswith("swe"):
-        return 40
-    return 24
 
 
 @dataclass

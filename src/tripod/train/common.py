@@ -13,9 +13,8 @@ from typing import Any
 
 import numpy as np
 import torch
-import yaml
 
-from tripod.core.config import TrainConfig, dump_config
+from tripod.core.config import TrainConfig, dump_config, env_options, other_env_ids
 from tripod.policy.rollout import RolloutConfig
 from tripod.policy.sampler import SamplingParams
 
@@ -85,21 +84,6 @@ def release_memory() -> tuple[float, float]:
     return before, resident_mb()
 
 
-def env_options(cfg: TrainConfig, env_id: str) -> dict:
-    """The options an env id plays with in this run: `env.options` for the recipe's env,
-    `env.options_by_env` for the others (their defaults where it names none)."""
-    if env_id == cfg.env.id:
-        return dict(cfg.env.options)
-    return dict(cfg.env.options_by_env.get(env_id, {}))
-
-
-def other_env_ids(cfg: TrainConfig) -> list[str]:
-    """The env ids a run plays besides `env.id`: its RL and demonstration mixes and its other
-    evaluated envs."""
-    played = [*cfg.rollout.env_ids, *cfg.sft.env_ids, *cfg.eval_env_ids()]
-    return [e for e in dict.fromkeys(played) if e != cfg.env.id]
-
-
 def rollout_config(cfg: TrainConfig, max_turns: int | None = None,
                    batch_size: int | None = None) -> RolloutConfig:
     """The rollout engine's settings of a run (`batch_size`: default `rollout.batch_size`;
@@ -115,49 +99,9 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None,
                          options_by_env={e: env_options(cfg, e) for e in other_env_ids(cfg)})
 
 
-def own_env_first(cfg: TrainConfig, more: list[str]) -> list[str]:
-    """`env.id`, then the other env ids of a mix (`sft.env_ids`, `rollout.env_ids`)."""
-    return [cfg.env.id, *(e for e in more if e != cfg.env.id)]
-
-
-def turn_cap(cfg: TrainConfig, env_id: str) -> int:
-    """The turn cap of `env_id` in this run: the recipe's `env.max_turns` for its own env,
-    the paper's cap (`envs/play.default_max_turns`) for any other (mixes, evaluations)."""
-    from tripod.envs.play import default_max_turns
-
-    return cfg.env.max_turns if env_id == cfg.env.id else default_max_turns(env_id)
-
-
-def eval_turn_cap(cfg: TrainConfig, env_id: str) -> int:
-    """The turn cap an evaluation of `env_id` uses, one rule for `tripod train`'s evaluations
-    and `tripod eval`: `eval.max_turns` if the recipe sets it; else the recipe's own cap for
-    its training env, and the paper's cap for any other env id (a w2-o3-q4 recipe evaluated
-    on w4-o6-q8 plays 24 turns there, not its own 12)."""
-    return cfg.eval.max_turns or turn_cap(cfg, env_id)
-
-
 def sampling_params(section) -> SamplingParams:
     return SamplingParams(temperature=section.temperature, top_p=section.top_p,
                           max_new_tokens=section.max_new_tokens)
-
-
-RECIPE_FILE = "recipe.yaml"
-"""The recipe a saved model was trained with, next to its weights (`tripod eval` reads it)."""
-
-
-def write_recipe(folder: Path, cfg: TrainConfig) -> None:
-    (Path(folder) / RECIPE_FILE).write_text(dump_config(cfg))
-
-
-def read_recipe(folder: str | Path) -> TrainConfig | None:
-    """The recipe saved with a model folder or checkpoint; None if it has none."""
-    folder = Path(folder)
-    if (folder / RECIPE_FILE).is_file():
-        return TrainConfig.model_validate(yaml.safe_load((folder / RECIPE_FILE).read_text()))
-    state = folder / "state.json"
-    if state.is_file() and "config" in (data := json.loads(state.read_text())):
-        return TrainConfig.model_validate(data["config"])
-    return None
 
 
 def prepare_run_dir(cfg: TrainConfig) -> Path:

@@ -16,7 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from tripod.core import provenance
-from tripod.core.config import ConfigError, TrainConfig
+from tripod.core.config import ConfigError, TrainConfig, env_options, eval_turn_cap
 from tripod.core.progress import StageProgress
 from tripod.envs.pool import EnvPool
 from tripod.envs.ray_pool import open_pool
@@ -28,8 +28,6 @@ from tripod.report.records import TRAJECTORY_DIR, eval_path, write_trajectories
 from tripod.train.clock import RunClock, paused
 from tripod.train.common import (
     StagePeaks,
-    env_options,
-    eval_turn_cap,
     prepare_run_dir,
     release_memory,
     rollout_config,

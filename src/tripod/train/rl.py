@@ -18,7 +18,7 @@ from pathlib import Path
 from rich.console import Console
 
 from tripod.algos.advantages import AdvantageInput, get_estimator
-from tripod.core.config import AlgoSection, TrainConfig
+from tripod.core.config import AlgoSection, TrainConfig, own_env_first, turn_cap
 from tripod.core.progress import StageProgress
 from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory
 from tripod.envs.pool import EnvPool
@@ -45,12 +45,10 @@ from tripod.train.checkpoint import (
 from tripod.train.clock import RunClock, paused
 from tripod.train.common import (
     MetricLogger,
-    own_env_first,
     prepare_run_dir,
     rollout_config,
     sampling_params,
     seed_everything,
-    turn_cap,
 )
 from tripod.train.distributed import Parallel, init_parallel, shutdown_parallel
 from tripod.train.learner import Learner, TrainingStopped, build_learner, score, update

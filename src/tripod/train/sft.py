@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from tripod.core.config import TrainConfig
+from tripod.core.config import TrainConfig, env_options, own_env_first, turn_cap, write_recipe
 from tripod.core.progress import StageProgress
 from tripod.core.types import Trajectory
 from tripod.envs.pool import EnvPool
@@ -32,15 +32,7 @@ from tripod.train.batch import (
     token_logprobs,
     trajectory_rows,
 )
-from tripod.train.common import (
-    adamw,
-    chunks,
-    env_options,
-    own_env_first,
-    rollout_config,
-    turn_cap,
-    write_recipe,
-)
+from tripod.train.common import adamw, chunks, rollout_config
 
 
 @dataclass
