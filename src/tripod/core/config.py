@@ -248,8 +248,9 @@ class SFTSection(_Section):
     micro_batch_size: int = Field(1, ge=1)
     """Rows per forward/backward pass, gradients accumulated over the step's rows (same
     update, float rounding aside). Activations grow with rows x tokens: a forward + backward
-    of 2 rows x 1,024 tokens of SmolLM2-135M peaked at 4.5 GB resident
-    (`benchmarks/attention_memory.py`), and a 4-row SFT step of the quickstart at 8.9 GB."""
+    of 2 rows x 1,024 tokens of SmolLM2-135M peaked at 4.5 GB resident (a benchmark since
+    removed: docs/performance.md, "Tried and not kept"), and a 4-row SFT step of the
+    quickstart at 8.9 GB."""
     max_turns: int | None = None
     """Turn cap for demonstrations of `env.id` (defaults to env.max_turns)."""
     env_ids: list[str] = Field(default_factory=list)
@@ -283,7 +284,7 @@ class EvalSection(_Section):
     slot (46 KB per position for SmolLM2): lower it for long evaluation games on little
     memory, raise it where a decode step of more rows costs little more (a GPU). On 2 CPU
     cores the quickstart's 20 test games at once ran 13% fewer decode steps than 16 + 4, in
-    0.91-1.07x the wall time (median 0.98; `benchmarks/eval_batch.py`, docs/performance.md)."""
+    0.91-1.07x the wall time (median 0.98; docs/performance.md, "Tried and not kept")."""
 
 
 class TrainSection(_Section):

@@ -248,8 +248,8 @@ def decoder_mask(attention_mask: Tensor) -> Tensor | None:
     padded row, and its positions are 0..t either way; so dropping the mask changes nothing at
     real positions (pad positions get other values, and no loss reads them), and the model
     skips building a [B, 1, T, T] mask and runs SDPA's causal path. Measured with
-    `benchmarks/attention_memory.py` (SmolLM2-135M, 2 rows x 1,024 tokens, forward + backward,
-    load ~7): peak RSS 5,055 -> 4,548 MB, 123 -> 103 s, identical logprobs. A modest gain:
+    a benchmark since removed (docs/performance.md, "Tried and not kept"; SmolLM2-135M, 2 rows
+    x 1,024 tokens, forward + backward, load ~7): peak RSS 5,055 -> 4,548 MB, 123 -> 103 s, identical logprobs. A modest gain:
     activations, not attention probabilities, dominate training memory on this CPU build."""
     lengths = attention_mask.sum(dim=1, keepdim=True)                        # [B, 1]
     positions = torch.arange(attention_mask.shape[1], device=attention_mask.device)
