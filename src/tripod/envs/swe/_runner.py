@@ -90,13 +90,11 @@ def _untrusted(watched, root, initial):
     return check
 
 
-def _make_guard(report_fd, nonce, watched, write, root):
+def _make_guard(report_fd, nonce, untrusted, write, root):
     """The audit hook, and the list of what it flagged. It also reports network and
     outside-write attempts (blocked by the sandbox) as VIOLATION lines, so they are seen
     even when the code swallows the error."""
     stdlib = _stdlib_dirs()
-    initial = frozenset(os.path.join(d, f) for d, _, files in os.walk(root) for f in files)
-    untrusted = _untrusted(watched, root, initial)
     flagged = []
     busy = []
     violation, suspicious = _rules(root)
@@ -177,16 +175,21 @@ def _fingerprint():
     return seen
 
 
-def _import_hooks_changed(baseline):
-    """Finders or path hooks added since start-up, other than pytest's assertion
-    rewriter (a finder could rewrite test modules as they load)."""
+def _import_hooks_changed(baseline, untrusted):
+    """Finders or path hooks added since start-up by the agent's code (a finder could
+    rewrite test modules as they load): their class or function comes from an untrusted
+    file. pytest's assertion rewriter and the project's own finders are allowed."""
     allowed_meta, allowed_hooks = baseline
-    for finder in sys.meta_path:
-        if id(finder) not in allowed_meta and \
-                type(finder).__module__ != "_pytest.assertion.rewrite":
-            return ["sys.meta_path"]
-    if any(id(hook) not in allowed_hooks for hook in sys.path_hooks):
-        return ["sys.path_hooks"]
+    for where, now, allowed in (("sys.meta_path", sys.meta_path, allowed_meta),
+                                ("sys.path_hooks", sys.path_hooks, allowed_hooks)):
+        for hook in now:
+            if id(hook) in allowed:
+                continue
+            owner = hook if callable(hook) and not isinstance(hook, type) and \
+                hasattr(hook, "__code__") else type(hook)
+            module = sys.modules.get(getattr(owner, "__module__", "") or "")
+            if module is None or untrusted(getattr(module, "__file__", None) or "<?>"):
+                return [where]
     return []
 
 
@@ -218,7 +221,7 @@ class _Hooks:
     the plugin manager's listing leads to nothing that switches the checks off."""
 
 
-def _recorder(report, check_every, import_hooks):
+def _recorder(report, check_every, import_hooks, untrusted):
     """(the plugin, a function that checks everything once more and returns the
     outcomes). Every check reports TAMPER with what changed; the trainer then scores 0."""
     fingerprint, outcomes, state = _fingerprint, {}, {"count": 0}
@@ -234,7 +237,7 @@ def _recorder(report, check_every, import_hooks):
             now = fingerprint()
             tamper([".".join(map(str, k)) for k, v in baseline["fingerprint"].items()
                     if now.get(k) != v])
-        tamper(_import_hooks_changed(import_hooks))
+        tamper(_import_hooks_changed(import_hooks, untrusted))
         if "pm" in baseline:
             tamper(_foreign_hooks(baseline["pm"], own))
         tamper([nodeid for nodeid, (item, code) in codes.items() if _code_of(item) is not code])
@@ -308,8 +311,10 @@ def main():
 
     import_hooks = (frozenset(map(id, sys.meta_path)), frozenset(map(id, sys.path_hooks)))
     sys.path[:0] = spec["paths"]
-    hook, flagged = _make_guard(report_fd, nonce, frozenset(spec["watched"]), write,
-                                os.getcwd())
+    root = os.getcwd()
+    initial = frozenset(os.path.join(d, f) for d, _, files in os.walk(root) for f in files)
+    untrusted = _untrusted(frozenset(spec["watched"]), root, initial)
+    hook, flagged = _make_guard(report_fd, nonce, untrusted, write, root)
     sys.addaudithook(hook)
 
     def report(text):
@@ -317,7 +322,7 @@ def main():
 
     import pytest
 
-    hooks, finish = _recorder(report, spec.get("check_every", 25), import_hooks)
+    hooks, finish = _recorder(report, spec.get("check_every", 25), import_hooks, untrusted)
     code = int(pytest.main(spec["args"], plugins=[hooks]))
     outcomes = finish()
     sys.stdout.flush()

@@ -346,7 +346,10 @@ def check_file(path: str, pristine: ast.Module, changed: bytes, vocab: Vocabular
 class Gate:
     """The policy of one task: its pristine sources, and what its gold patch adds."""
 
-    def __init__(self, pristine: dict[str, bytes], gold: dict[str, bytes | None]) -> None:
+    def __init__(self, pristine: dict[str, bytes], gold: dict[str, bytes | None],
+                 test_helpers: dict[str, set[str]] | None = None) -> None:
+        self.test_helpers = test_helpers or {}
+        """Per file: top-level definitions that only the tests use (test code)."""
         self.trees: dict[str, ast.Module] = {}
         self.vocab = Vocabulary()
         for rel, data in pristine.items():
@@ -376,7 +379,33 @@ class Gate:
             pristine = self.trees.get(rel, ast.Module(body=[], type_ignores=[]))
             try:
                 refusals += check_file(rel, pristine, data, self.vocab, self.allowed.get(rel))
+                refusals += self._helpers_changed(rel, pristine, data)
             except Unreadable as exc:
                 target = broken if exc.rule == "syntax" else refusals
                 target.append(Refusal(rel, exc.rule, exc.detail, exc.line))
         return refusals, broken
+
+    def _helpers_changed(self, rel: str, pristine: ast.Module, data: bytes) -> list[Refusal]:
+        """A change to a definition only the tests use changes the tests."""
+        names = self.test_helpers.get(rel)
+        if not names:
+            return []
+        before, after = _definitions(pristine), _definitions(parse_source(data))
+        return [Refusal(rel, "test code", f"changes `{name}`, which only the tests use",
+                        getattr(after.get(name), "lineno", 0))
+                for name in sorted(names)
+                if name in before and (ast.dump(before[name]) !=
+                                       ast.dump(after[name]) if name in after else True)]
+
+
+def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
+    """Top-level functions, classes and assignments by name."""
+    out: dict[str, ast.AST] = {}
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out[node.name] = node
+        elif isinstance(node, ast.Assign):
+            for target in node.targets:
+                if isinstance(target, ast.Name):
+                    out[target.id] = node
+    return out

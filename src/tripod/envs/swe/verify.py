@@ -78,7 +78,8 @@ def _module_name(rel: str, roots: list[str]) -> str | None:
 
 
 def _imported(data: bytes, module: str, package: bool) -> set[str]:
-    """Modules (and possible submodules) a file imports, relative imports resolved."""
+    """Modules (and possible submodules, as "module.name") a file imports, relative
+    imports resolved; a whole-module import also adds "module.*"."""
     try:
         tree = ast.parse(data)
     except (SyntaxError, ValueError):
@@ -88,6 +89,7 @@ def _imported(data: bytes, module: str, package: bool) -> set[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out.update(alias.name for alias in node.names)
+            out.update(f"{alias.name}.*" for alias in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = here[:len(here) - node.level + 1] if node.level else []
             target = ".".join(base + ([node.module] if node.module else []))
@@ -96,12 +98,22 @@ def _imported(data: bytes, module: str, package: bool) -> set[str]:
     return out
 
 
-def helper_modules(texts: dict[str, bytes], candidates: list[str], roots: list[str],
-                 gold: set[str]) -> set[str]:
-    """Source-looking modules that are test code: imported by the tests but by no module of
-    the package (e.g. a ``raises`` helper in ``pkg/utils.py``). A package's ``__init__``
+@dataclass
+class HelperCode:
+    """What of the package's source files is test code."""
+
+    modules: set[str]
+    """Modules imported by the tests but by no module of the package."""
+    names: dict[str, set[str]]
+    """Per other module: the names the tests import from it and the package never does
+    (e.g. ``raises`` in ``toolz/utils.py``, whose ``no_default`` the package uses)."""
+
+
+def find_helpers(texts: dict[str, bytes], candidates: list[str], roots: list[str],
+              gold: set[str]) -> HelperCode:
+    """Source-looking modules and definitions that are test code. A package's ``__init__``
     and the files the gold patch changes are always the package's."""
-    names = {r: _module_name(r, roots) for r in texts}
+    names = {r: _module_name(r, roots) or _module_name(r, ["."]) for r in texts}
     package: set[str] = set()
     tests: set[str] = set()
     for rel, data in texts.items():
@@ -109,8 +121,19 @@ def helper_modules(texts: dict[str, bytes], candidates: list[str], roots: list[s
             continue
         found = _imported(data, names[rel], rel.endswith("__init__.py"))
         (package if rel in candidates else tests).update(found - {names[rel]})
-    return {r for r in candidates if names[r] and not r.endswith("__init__.py")
-            and r not in gold and names[r] in tests and names[r] not in package}
+    out = HelperCode(set(), {})
+    for rel in candidates:
+        module = names[rel]
+        if not module or rel.endswith("__init__.py") or rel in gold or module not in tests:
+            continue
+        if module not in package:
+            out.modules.add(rel)
+        elif f"{module}.*" not in package:
+            prefix = module + "."
+            only = {t[len(prefix):] for t in tests - package if t.startswith(prefix)}
+            if only - {"*"}:
+                out.names[rel] = only - {"*"}
+    return out
 
 
 # --- report -------------------------------------------------------------------------------
@@ -214,10 +237,10 @@ class Verifier:
         candidates = [r for r in files if is_source_file(r)]
         texts = {r: (safefs.read_bytes(base, r) or b"") for r in files if r.endswith(".py")}
         gold = _gold_texts(task, {r: texts[r] for r in candidates})
-        helpers = helper_modules(texts, candidates, task.workspace.python_path, set(gold))
-        self.sources = [r for r in candidates if r not in helpers]
+        tests = find_helpers(texts, candidates, task.workspace.python_path, set(gold))
+        self.sources = [r for r in candidates if r not in tests.modules]
         self.pristine = {r: texts[r] for r in self.sources}
-        self.gate = Gate(self.pristine, gold)
+        self.gate = Gate(self.pristine, gold, tests.names)
         self._last: tuple[tuple, VerifiedRun] | None = None
 
     def changes(self, root: Path) -> dict[str, bytes | None]:
