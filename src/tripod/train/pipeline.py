@@ -79,10 +79,12 @@ def check_envs(cfg: TrainConfig) -> None:
 
 def prepare_games(cfg: TrainConfig) -> None:
     """Build the run's games up front (each env family says how, if it needs to)."""
-    for env_id, split, n, options in run_plan(cfg):
-        family = family_of(env_id)
-        if family.prepare is not None:
-            family.prepare(env_id, split, list(range(n)), dict(options))
+    plan = [p for p in run_plan(cfg) if family_of(p[0]).prepare is not None]
+    # generating ALFWorld or SWE games can take many minutes: a stage a log can follow
+    with StageProgress("game preparation", len(plan), "env ids x splits") as progress:
+        for env_id, split, n, options in plan:
+            family_of(env_id).prepare(env_id, split, list(range(n)), dict(options))
+            progress.advance(status=f"{env_id} {split}: {n} games ready")
 
 
 def eval_env_ids(cfg: TrainConfig) -> list[str]:
