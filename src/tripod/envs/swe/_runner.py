@@ -126,9 +126,7 @@ def _make_guard(report_fd, nonce, untrusted, write, root):
             immediate, nearest = culprit()
         finally:
             busy.clear()
-        if event in ("object.__setattr__", "object.__delattr__"):
-            hit = True  # nothing of pytest's or the project's rewrites a code object
-        elif event in ("exec", "compile", "sys._getframe"):
+        if event in ("exec", "compile", "sys._getframe"):
             # Direct calls, or calls through modules that run code or walk frames on the
             # caller's behalf: the standard library also calls these for library code
             # (namedtuple, dataclasses, typing), which is not flagged.
