@@ -15,6 +15,10 @@ up. In order it:
 4. drops every capability and sets ``no_new_privs`` so the command cannot undo 1-3, and
    makes itself non-dumpable (its memory, environment and file descriptors cannot be read
    through ``/proc/1``);
+4b. installs a seccomp filter (`deny_filter`) that refuses the kernel keyring calls (the
+   keyrings are not namespaced: the trainer's user keyring would be readable and
+   writable) and the creation of user namespaces (a nested one would hand the command a
+   fresh set of capabilities over new namespaces);
 5. forks a sentinel that starts the command in its own session, reaps orphans until the
    sentinel exits, and reports the outcome on a status pipe that only PID 1 holds:
    ``exit N`` (``128 + signal`` when the command was killed by a signal),
@@ -42,7 +46,16 @@ MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 1
 MS_NOATIME, MS_NODIRATIME, MS_RELATIME = 1024, 2048, 1 << 21
 _ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOATIME,
              2048: MS_NODIRATIME, 4096: MS_RELATIME}
-PR_SET_DUMPABLE, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 24, 38
+PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 22, 24, 38
+SECCOMP_MODE_FILTER, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 2, 0x7FFF0000, 0x00050000
+CLONE_NEWUSER, EPERM, ENOSYS = 0x10000000, 1, 38
+_SYSCALLS = {
+    # machine: (audit arch, {name: number}); numbers from the kernel's syscall tables.
+    "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250,
+                            "unshare": 272, "clone": 56, "clone3": 435}),
+    "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219,
+                             "unshare": 97, "clone": 220, "clone3": 435}),
+}
 _DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -166,6 +179,55 @@ def drop_privileges(last_cap: int) -> None:
         raise OSError(ctypes.get_errno(), "prctl(no_new_privs) failed")
 
 
+class _SockFilter(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint16), ("jt", ctypes.c_uint8), ("jf", ctypes.c_uint8),
+                ("k", ctypes.c_uint32)]
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.POINTER(_SockFilter))]
+
+
+_LD_ABS, _JEQ, _JGE, _JSET, _RET = 0x20, 0x15, 0x35, 0x45, 0x06  # BPF opcodes
+
+
+def deny_filter(machine: str) -> list[tuple[int, int, int, int]] | None:
+    """A classic-BPF seccomp program (code, jt, jf, k) for `machine` (None if unknown).
+
+    It reads `struct seccomp_data` (nr at 0, arch at 4, args from 16, little-endian low
+    word first) and refuses: any other ABI (32-bit or x32 entry points would bypass the
+    numbers below); add_key, request_key, keyctl (EPERM); clone3 (ENOSYS, so the C
+    library falls back to clone, whose flags a filter can read: clone3 passes them in
+    memory); unshare and clone with CLONE_NEWUSER (EPERM). Everything else is allowed."""
+    if machine not in _SYSCALLS:
+        return None
+    arch, nr = _SYSCALLS[machine]
+    deny, nosys = SECCOMP_RET_ERRNO | EPERM, SECCOMP_RET_ERRNO | ENOSYS
+    prog = [(_LD_ABS, 0, 0, 4), (_JEQ, 1, 0, arch), (_RET, 0, 0, deny), (_LD_ABS, 0, 0, 0)]
+    if machine == "x86_64":  # x32 calls carry bit 30 in the number
+        prog += [(_JGE, 0, 1, 0x40000000), (_RET, 0, 0, deny)]
+    for name in ("add_key", "request_key", "keyctl"):
+        prog += [(_JEQ, 0, 1, nr[name]), (_RET, 0, 0, deny)]
+    prog += [(_JEQ, 0, 1, nr["clone3"]), (_RET, 0, 0, nosys)]
+    prog += [(_JEQ, 1, 0, nr["unshare"]), (_JEQ, 0, 3, nr["clone"]),
+             (_LD_ABS, 0, 0, 16), (_JSET, 0, 1, CLONE_NEWUSER), (_RET, 0, 0, deny),
+             (_RET, 0, 0, SECCOMP_RET_ALLOW)]
+    return prog
+
+
+def install_filter() -> bool:
+    """Install `deny_filter` for this machine (needs ``no_new_privs``); False if the
+    architecture is not one the filter knows."""
+    prog = deny_filter(os.uname().machine)
+    if prog is None:
+        return False
+    insns = (_SockFilter * len(prog))(*[_SockFilter(*i) for i in prog])
+    fprog = _SockFprog(len(prog), insns)
+    if _libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(fprog), 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(seccomp) failed")
+    return True
+
+
 def join_cgroups(cgroups: list[str]) -> None:
     for group in cgroups:
         with open(os.path.join(group, "cgroup.procs"), "w") as fh:
@@ -234,9 +296,13 @@ def _setup(spec: dict) -> None:
         last_cap = int(fh.read())
     if spec.get("confine"):
         confine(spec["workspace"], spec["root"], spec["readonly"])
+        name = b"sandbox"  # its own UTS namespace: the host's name is not shown
+        if _libc.sethostname(name, len(name)) != 0:
+            raise OSError(ctypes.get_errno(), "sethostname failed")
     set_limits(spec["limits"])
     if spec.get("drop_privileges"):
         drop_privileges(last_cap)
+        install_filter()
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import stat
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -159,16 +160,111 @@ def is_dir(root: Path, rel: str) -> bool:
     return mode is not None and stat.S_ISDIR(mode)
 
 
+MAX_DEPTH = 64
+"""Folders deeper than this are not walked (a project's tree is about ten deep; a run can
+leave a chain of thousands)."""
+MAX_ENTRIES = 200_000
+"""Most entries one walk looks at, whatever the tree holds."""
+
+
 def walk_files(root: Path, rel: str = "") -> Iterator[str]:
-    """Regular files under the folder `rel` (relative paths), links and special files
-    left out; an unreadable folder is skipped."""
-    base = root.joinpath(*_parts(rel)) if rel else root
+    """Regular files under the folder `rel` (relative paths, sorted per folder), links and
+    special files left out; an unreadable folder is skipped. The walk keeps its own stack
+    (no recursion), opens each folder from the root without following links (no path
+    length limit), and stops at `MAX_DEPTH` and `MAX_ENTRIES`."""
+    start = _parts(rel)
     if not is_dir(root, rel):
         return
-    for dirpath, dirnames, filenames in os.walk(base, followlinks=False):
-        here = Path(dirpath)
-        dirnames[:] = [d for d in dirnames if not (here / d).is_symlink()]
-        for name in filenames:
+    stack, seen = [start], 0
+    while stack and seen < MAX_ENTRIES:
+        parts = stack.pop()
+        for name, mode, _ in _entries(root, parts, MAX_ENTRIES - seen):
+            seen += 1
+            if stat.S_ISDIR(mode) and len(parts) < MAX_DEPTH:
+                stack.append([*parts, name])
+            elif stat.S_ISREG(mode):
+                yield "/".join([*parts, name])
+
+
+def _entries(root: Path, parts: list[str], most: int) -> list[tuple[str, int, int]]:
+    """(name, lstat mode, size) of the entries of one folder, sorted in reverse (so a stack
+    walk yields them in order); [] if it cannot be read."""
+    try:
+        fd = _open_dir(root, parts)
+    except (OSError, UnsafePathError):
+        return []
+    found = []
+    try:
+        with os.scandir(fd) as it:
+            for entry in it:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    found.append((entry.name, info.st_mode, info.st_size))
+                if len(found) >= most:
+                    break
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+    return sorted(found, reverse=True)
+
+
+def usage(root: Path, max_entries: int, max_bytes: int) -> tuple[int, int]:
+    """(entries, bytes of regular files) under `root`, counted without recursion; the count
+    stops once either cap is passed (so its cost is bounded whatever the tree holds)."""
+    entries = size = 0
+    stack: list[list[str]] = [[]]
+    while stack and entries <= max_entries and size <= max_bytes:
+        parts = stack.pop()
+        for name, mode, nbytes in _entries(root, parts, max_entries + 1 - entries):
+            entries += 1
+            if stat.S_ISDIR(mode):
+                stack.append([*parts, name])
+            elif stat.S_ISREG(mode):
+                size += nbytes
+    return entries, size
+
+
+def remove_tree(path: Path) -> None:
+    """Delete a folder and everything in it, without recursion and without a path length
+    limit: each subfolder is first moved up to the top folder, so no folder handled is
+    more than one level deep. Errors are ignored (best effort, like ``rmtree``)."""
+    if not path.is_dir() or path.is_symlink():
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return
+    pending = [path.name]
+    top = os.open(path.parent, _DIR_FLAGS)
+    try:
+        while pending:
+            name = pending.pop()
+            _empty_folder(top, name, pending)
             with contextlib.suppress(OSError):
-                if stat.S_ISREG(os.lstat(here / name).st_mode):
-                    yield (here / name).relative_to(root).as_posix()
+                os.rmdir(name, dir_fd=top)
+    finally:
+        os.close(top)
+
+
+def _empty_folder(top: int, name: str, pending: list[str]) -> None:
+    """Unlink the files of `top/name` and move its folders up next to it (into `pending`)."""
+    with contextlib.suppress(OSError):
+        os.chmod(name, 0o700, dir_fd=top, follow_symlinks=False)
+    try:
+        fd = os.open(name, _DIR_FLAGS, dir_fd=top)
+    except OSError:
+        return
+    try:
+        with os.scandir(fd) as it:
+            names = [(e.name, e.is_dir(follow_symlinks=False)) for e in it]
+        for child, is_folder in names:
+            with contextlib.suppress(OSError):
+                if is_folder:
+                    moved = f".rm-{uuid.uuid4().hex}"
+                    os.rename(child, moved, src_dir_fd=fd, dst_dir_fd=top)
+                    pending.append(moved)
+                else:
+                    os.unlink(child, dir_fd=fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)

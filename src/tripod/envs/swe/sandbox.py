@@ -51,8 +51,9 @@ STATUS_CPU_LIMIT = "cpu_limit"
 STATUS_KILLED = "killed"
 STATUS_SETUP_ERROR = "sandbox_error"
 STATUS_VIOLATION = "sandbox_violation"
+STATUS_WORKSPACE_LIMIT = "workspace_limit"
 ABNORMAL_STATUSES = (STATUS_TIMEOUT, STATUS_OUTPUT_LIMIT, STATUS_CPU_LIMIT, STATUS_KILLED,
-                     STATUS_SETUP_ERROR, STATUS_VIOLATION)
+                     STATUS_SETUP_ERROR, STATUS_VIOLATION, STATUS_WORKSPACE_LIMIT)
 """Run statuses that mean the command was stopped by the sandbox rather than finishing."""
 
 
@@ -77,6 +78,11 @@ class SandboxLimits:
     the trainer and other episodes on the host."""
     run_memory_mb: int = 4096
     """Memory of the whole run, all processes together (memory cgroup), in MiB."""
+    workspace_files: int = 20_000
+    """Most entries (files, folders, links) a workspace may hold after a run; past this the
+    run ends as `workspace_limit` (the projects hold a few hundred)."""
+    workspace_mb: int = 512
+    """Most bytes of regular files a workspace may hold after a run, in MiB."""
 
 
 @dataclass
@@ -132,7 +138,10 @@ class SandboxReport:
 
 
 def _unshare_prefix(as_root: bool) -> list[str]:
-    base = ["unshare", "--net", "--mount", "--pid", "--fork", "--mount-proc", "--kill-child"]
+    # IPC: SysV shared memory and message queues die with the run (in the host's
+    # namespace they outlive it and pass data to later episodes). UTS: its own host name.
+    base = ["unshare", "--net", "--mount", "--pid", "--ipc", "--uts", "--fork", "--mount-proc",
+            "--kill-child"]
     return base if as_root else [base[0], "--user", "--map-root-user", *base[1:]]
 
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from tripod.envs.swe.patches import split_lines
@@ -279,12 +280,48 @@ def tool_view(ws: Workspace, call: ToolCall) -> str:
     return header + _numbered(lines[start - 1:end], start) + hint
 
 
-def _matches(ws: Workspace, call: ToolCall) -> list[tuple[str, int, str]]:
+SEARCH_MAX_BYTES = 32_000_000
+"""Most bytes of file text one search reads; past this it stops and says so."""
+
+
+@dataclass
+class _Search:
+    """What a search found: the first `SEARCH_MAX_HITS` hits and a count of the rest."""
+
+    hits: list[tuple[str, int, str]]
+    total: int = 0
+    stopped: bool = False
+    """The byte budget ran out before every file was read."""
+
+    def add(self, rel: str, number: int, line: str) -> None:
+        self.total += 1
+        if len(self.hits) < SEARCH_MAX_HITS:  # the rest are counted, never held
+            self.hits.append((rel, number, line))
+
+
+def _lines_with(text: str, needle: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) of each line holding `needle`, found without splitting the
+    whole text into lines."""
+    pos, counted_to, number = 0, 0, 1
+    while (i := text.find(needle, pos)) != -1:
+        number += text.count("\n", counted_to, i)
+        counted_to = i
+        start = text.rfind("\n", 0, i) + 1
+        end = text.find("\n", i)
+        end = len(text) if end == -1 else end
+        yield number, text[start:end]
+        pos = end + 1
+
+
+def _matches(ws: Workspace, call: ToolCall) -> _Search:
     grep = getattr(ws, "grep", None)  # workspaces that can search natively (docker)
+    found = _Search([])
     if grep is not None:
-        return grep(call.text, call.path)
-    found = []
+        for hit in grep(call.text, call.path):
+            found.add(*hit)
+        return found
     files = ws.list_files(call.path) if call.path == "" or ws.is_dir(call.path) else [call.path]
+    budget = SEARCH_MAX_BYTES
     for rel in files:
         try:
             text = ws.read_text(rel)
@@ -292,21 +329,27 @@ def _matches(ws: Workspace, call: ToolCall) -> list[tuple[str, int, str]]:
             if len(files) == 1:
                 raise
             continue
-        if text is None or len(text) > 2_000_000 or call.text not in text:
+        if text is None:
             continue
-        found += [(rel, n, line) for n, line in enumerate(split_lines(text), start=1)
-                  if call.text in line]
+        budget -= len(text)
+        if budget < 0:
+            found.stopped = True
+            break
+        for number, line in _lines_with(text, call.text):
+            found.add(rel, number, line)
     return found
 
 
 def tool_search(ws: Workspace, call: ToolCall) -> str:
-    matches = _matches(ws, call)
-    total = len(matches)
-    hits = [f"{rel}:{n}: {line.rstrip()[:200]}" for rel, n, line in matches[:SEARCH_MAX_HITS]]
+    found = _matches(ws, call)
+    hits = [f"{rel}:{n}: {line.rstrip()[:200]}" for rel, n, line in found.hits]
+    stop = (f"\n(search stopped after reading {SEARCH_MAX_BYTES // 1_000_000} MB; "
+            "give a PATH to search less)" if found.stopped else "")
     if not hits:
-        return f"no matches for {call.text!r}" + (f" under {call.path}" if call.path else "")
-    more = f"\n... {total - len(hits)} more matches" if total > len(hits) else ""
-    return f"{total} matches for {call.text!r}:\n" + "\n".join(hits) + more
+        return (f"no matches for {call.text!r}" + (f" under {call.path}" if call.path else "")
+                + stop)
+    more = f"\n... {found.total - len(hits)} more matches" if found.total > len(hits) else ""
+    return f"{found.total} matches for {call.text!r}:\n" + "\n".join(hits) + more + stop
 
 
 def edited_text(current: str | None, call: ToolCall) -> str:

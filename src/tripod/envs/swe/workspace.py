@@ -25,6 +25,7 @@ from tripod.envs.swe import safefs
 from tripod.envs.swe.patches import apply_patch_to_texts, patched_paths
 from tripod.envs.swe.sandbox import (
     ABNORMAL_STATUSES,
+    STATUS_WORKSPACE_LIMIT,
     RunResult,
     SandboxLimits,
     run_capped,
@@ -170,13 +171,16 @@ class LocalWorkspace:
         if not self.is_dir(path):
             mode_ok = self.read_text(path) is not None
             return [path] if mode_ok else []
-        return sorted(rel for rel in safefs.walk_files(self.root, path)
+        return sorted(_shown(rel) for rel in safefs.walk_files(self.root, path)
                       if _visible(rel) and not rel.endswith((".pyc", ".pyo")))
 
     def run_tests(self, tests: list[str], limits: SandboxLimits) -> RunResult:
         spec = self.task.workspace
         argv = expand_test_cmd(spec.resolved_test_cmd(), tests, self.python)
-        return run_sandboxed(argv, self.root, env=self._env(), limits=limits)
+        result = run_sandboxed(argv, self.root, env=self._env(), limits=limits)
+        if result.status not in ABNORMAL_STATUSES:
+            _check_usage(self.root, limits, result)
+        return result
 
     def score(self, limits: SandboxLimits) -> VerifiedRun:
         if self.verifier is None:
@@ -202,7 +206,25 @@ class LocalWorkspace:
         return env
 
     def close(self) -> None:
-        shutil.rmtree(self.root.parent, ignore_errors=True)
+        safefs.remove_tree(self.root.parent)
+
+
+def _shown(rel: str) -> str:
+    """A path as the agent sees it: bytes of a name that are not valid UTF-8 (kept by the
+    file system as surrogates) written as escapes such as ``\\xff``, so an observation is
+    always valid text. Such a file is listed, but not found under the shown name."""
+    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+
+
+def _check_usage(root: Path, limits: SandboxLimits, result: RunResult) -> None:
+    """A run that left more entries or bytes in the workspace than the limits allow ends
+    as `workspace_limit` (counting stops just past a cap, so it costs little)."""
+    max_bytes = limits.workspace_mb * 1024 * 1024
+    entries, size = safefs.usage(root, limits.workspace_files, max_bytes)
+    if entries > limits.workspace_files or size > max_bytes:
+        result.status = STATUS_WORKSPACE_LIMIT
+        result.output += (f"\n[sandbox] the run left more than {limits.workspace_files} "
+                          f"entries or {limits.workspace_mb} MiB in the workspace\n")
 
 
 def _slug(text: str) -> str:
