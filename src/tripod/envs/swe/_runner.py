@@ -69,11 +69,12 @@ def _rules(root):
     return violation, suspicious
 
 
-_CODE_RUNNERS = ("/code.py", "/codeop.py", "/runpy.py", "/pdb.py", "/bdb.py", "/timeit.py",
-                 "/ast.py")
+_CODE_RUNNERS = ("/code.py", "/codeop.py", "/runpy.py", "/pdb.py", "/bdb.py", "/timeit.py")
 """Standard-library modules that compile and run code handed to them: their exec and
-compile count against the caller that handed it over. (Imports also exec, in frozen
-importlib, for every module: an import hook is caught by the `sys.meta_path` check.)"""
+compile count against the caller that handed it over. (Not `ast`: `inspect.signature`
+parses builtins' signatures with it for honest code, and a parsed tree does not run.
+Imports also exec, in frozen importlib, for every module: an import hook is caught by the
+`sys.meta_path` check.)"""
 
 
 def _untrusted(watched, root, initial):
