@@ -1,0 +1,160 @@
+"""Host-harm attacks through the env's own tool calls: a test file the agent creates runs
+in the sandbox (`run_tests FILE`), then the trainer's tools and the next episode must be
+unharmed."""
+
+from __future__ import annotations
+
+import ctypes
+import tracemalloc
+from pathlib import Path
+
+import pytest
+
+from tripod.envs.swe._jail import _SYSCALLS
+from tripod.envs.swe.env import SweEnv, SweEnvConfig
+from tripod.envs.swe.sandbox import SandboxLimits, namespaces_available
+from tripod.envs.swe.task import SweTask
+
+pytestmark = [pytest.mark.xdist_group("sandbox"), pytest.mark.skipif(
+    not namespaces_available(), reason="unshare cannot create namespaces on this machine")]
+_libc = ctypes.CDLL(None, use_errno=True)
+SHM_KEY, MSG_KEY = 0x7E1A0001, 0x7E1A0002
+_NR = _SYSCALLS.get(__import__("os").uname().machine, (0, {}))[1]
+
+
+def _env(task: SweTask, **limits: int) -> SweEnv:
+    env = SweEnv("swe/test", "train", [task],
+                 SweEnvConfig(limits=SandboxLimits(wall_s=60, **limits)))
+    env.reset(0)
+    return env
+
+
+def _plant(env: SweEnv, code: str, name: str = "test_plant"):
+    body = code + "\n\ndef test_plant():\n    pass\n"
+    create = f"edit tests/{name}.py\n<<<<<<< SEARCH\n=======\n{body}>>>>>>> REPLACE"
+    assert not env.step(create).info.invalid_action
+    return env.step(f"run_tests tests/{name}.py")
+
+
+def _ipc_keys(kind: str) -> set[int]:
+    rows = Path(f"/proc/sysvipc/{kind}").read_text().splitlines()[1:]
+    return {int(r.split()[0]) for r in rows}
+
+
+def test_sysv_ipc_does_not_outlive_the_run(calc_task: SweTask) -> None:
+    env = _env(calc_task)
+    try:
+        _plant(env, "import ctypes\nlibc = ctypes.CDLL(None)\n"
+                    f"libc.shmget({SHM_KEY}, 1 << 20, 0o1600)\nq = libc.msgget({MSG_KEY}, 0o1600)\n"
+                    "msg = ctypes.create_string_buffer(b'\\x01\\0\\0\\0\\0\\0\\0\\0SECRET')\n"
+                    "libc.msgsnd(q, msg, 6, 0)\n")
+        leaked = {SHM_KEY} & _ipc_keys("shm") | {MSG_KEY} & _ipc_keys("msg")
+        later = _plant(env, f"import ctypes\nprint('QUEUE', ctypes.CDLL(None).msgget({MSG_KEY}, 0))\n",
+                       "test_later")
+    finally:
+        env.close()
+        _libc.shmctl(_libc.shmget(SHM_KEY, 0, 0), 0, None)  # IPC_RMID, should a test fail
+        _libc.msgctl(_libc.msgget(MSG_KEY, 0), 0, None)
+    assert leaked == set()
+    assert "QUEUE -1" in later.observation or "QUEUE" not in later.observation
+
+
+def test_keyrings_are_out_of_reach(calc_task: SweTask) -> None:
+    user_keyring = -4
+    if not _NR:
+        pytest.skip("no syscall numbers for this machine")
+    add_key, keyctl = _NR["add_key"], _NR["keyctl"]
+    key = _libc.syscall(add_key, b"user", b"tripod-host-secret", b"HOSTSECRET", 10,
+                        user_keyring)
+    if key < 0:
+        pytest.skip("this process cannot use the kernel keyring")
+    env = _env(calc_task)
+    try:
+        step = _plant(env, "import ctypes\nsc = ctypes.CDLL(None).syscall\n"
+                           f"k = sc({keyctl}, 10, -4, b'user', b'tripod-host-secret', 0)\n"
+                           "buf = ctypes.create_string_buffer(64)\n"
+                           f"print('READ', sc({keyctl}, 11, k, buf, 64), buf.value)\n"
+                           f"sc({add_key}, b'user', b'tripod-planted', b'x', 1, -4)\n"
+                           "assert False, 'show the output'\n")
+        planted = _libc.syscall(keyctl, 10, user_keyring, b"user", b"tripod-planted", 0)
+    finally:
+        env.close()
+        _libc.syscall(keyctl, 9, key, user_keyring)  # KEYCTL_UNLINK
+    if planted >= 0:
+        _libc.syscall(keyctl, 9, planted, user_keyring)
+    assert "HOSTSECRET" not in step.observation and planted < 0
+
+
+def test_no_nested_user_namespace(calc_task: SweTask) -> None:
+    env = _env(calc_task)
+    try:
+        step = _plant(env, "import ctypes, subprocess\n"
+                           "print('UNSHARE', ctypes.CDLL(None).unshare(0x10000000))\n"
+                           "print('CLI', subprocess.run(['unshare', '--user', 'true']).returncode)\n"
+                           "assert False, 'show the output'\n")
+    finally:
+        env.close()
+    assert "UNSHARE -1" in step.observation and "CLI 0" not in step.observation
+
+
+@pytest.mark.slow  # tracemalloc slows the search: about 15 s
+def test_search_holds_only_what_it_shows(calc_task: SweTask) -> None:
+    env = _env(calc_task)
+    try:
+        _plant(env, "for i in range(2):\n    open(f'big{i}.txt', 'w').write('needle\\n' * 280_000)\n")
+        tracemalloc.start()
+        step = env.step("search needle")
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+    finally:
+        env.close()
+    assert "560001 matches" in step.observation  # the planting file holds one more
+    assert peak < 40_000_000  # a 2 MB text at a time in flight, not a million hits
+
+
+def test_deep_folder_chain(calc_task: SweTask) -> None:
+    env = _env(calc_task)
+    try:
+        step = _plant(env, "import os\nfor _ in range(1200):\n    os.mkdir('deep')\n"
+                           "    os.chdir('deep')\nopen('x.py', 'w').write('needle')\n")
+        assert not step.terminated, step.observation
+        assert "calc/__init__.py" in env.step("list").observation
+        assert "matches" in env.step("search needle").observation
+        root = env._episode.ws.root.parent
+        env.reset(0)  # the pooled env's next episode closes this one
+        assert not root.exists()
+        assert "calc/__init__.py" in env.step("list").observation
+    finally:
+        env.close()
+
+
+def test_many_files_end_the_run(calc_task: SweTask) -> None:
+    env = _env(calc_task, workspace_files=500)
+    try:
+        step = _plant(env, "import os\nos.mkdir('many')\nfor i in range(1000):\n"
+                           "    open(f'many/{i}', 'w').close()\n")
+    finally:
+        env.close()
+    assert step.terminated and step.info.extra["status"] == "workspace_limit"
+
+
+def test_bytes_end_the_run(calc_task: SweTask) -> None:
+    env = _env(calc_task, workspace_mb=1)
+    try:
+        step = _plant(env, "open('blob.bin', 'wb').write(b'x' * 3_000_000)\n")
+    finally:
+        env.close()
+    assert step.terminated and step.info.extra["status"] == "workspace_limit"
+
+
+def test_names_that_are_not_utf8_are_shown_escaped(calc_task: SweTask) -> None:
+    env = _env(calc_task)
+    try:
+        _plant(env, "open(b'bad\\xff.py', 'w').write('needle')\n")
+        listing = env.step("list").observation
+        search = env.step("search needle").observation
+    finally:
+        env.close()
+    assert "bad\\xff.py" in listing
+    listing.encode("utf-8")
+    search.encode("utf-8")
