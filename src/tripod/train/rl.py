@@ -181,6 +181,8 @@ def rollout_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict[str, floa
     }
     # stopped because the next prompt would not fit the model's context; trained on
     out["context_limit"] = sum(t.end is EpisodeEnd.CONTEXT_LIMIT for t in trajs)
+    if any(t.env_id.startswith("swe") for t in trajs):  # scored as tampering (verify.py)
+        out["swe/tampered"] = sum(t.env_status == "tampering" for t in ran)
     if len(envs := training_env_ids(cfg)) > 1:   # a mix: each env's own success rate too
         for env_id in envs:
             mine = [t for t in ran if t.env_id == env_id]
