@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tripod.envs.swe.env import SweEnv, SweEnvConfig
+from tripod.envs.swe.gate import Gate
 from tripod.envs.swe.sandbox import (
     SandboxLimits,
     detect_violations,
@@ -156,7 +157,11 @@ def _limits_for(expected: str) -> SandboxLimits:
 
 @needs_namespaces
 @pytest.mark.parametrize("attack", sorted(ATTACKS))
-def test_episode_ends_with_clear_status(attack: str, calc_task: SweTask) -> None:
+def test_episode_ends_with_clear_status(attack: str, calc_task: SweTask,
+                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sandbox layer on its own: the static gate (which refuses most of these changes
+    before anything runs, `tests/swe/test_forgery.py`) is switched off, so the attack runs."""
+    monkeypatch.setattr(Gate, "check", lambda self, changes: ([], []))
     code, expected = ATTACKS[attack]
     env = SweEnv("swe/test", "train", [calc_task], SweEnvConfig(limits=_limits_for(expected)))
     try:

@@ -305,8 +305,8 @@ class Verifier:
             for sub in ("home", "tmp"):
                 (copy / ".tripod" / sub).mkdir(parents=True, exist_ok=True)
             return self._sandboxed(copy, sorted(changed), limits)
-        finally:
-            shutil.rmtree(scratch, ignore_errors=True)
+        finally:  # not shutil.rmtree: it recurses, and a run can leave a deep folder chain
+            safefs.remove_tree(scratch)
 
     def _sandboxed(self, copy: Path, changed: list[str], limits: SandboxLimits) -> VerifiedRun:
         nonce = secrets.token_hex(16)
