@@ -15,6 +15,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -237,3 +238,59 @@ def test_env_workers_reduced(monkeypatch, capsys):
     assert all(_finite(s) and s > 0 for s in r["seconds"].values())
     assert r["steps"] == r["episodes"] * r["turns"]
     assert "2 workers / 1 worker" in _printed("env_workers", r, monkeypatch, capsys)
+
+
+@pytest.mark.slow
+def test_alfworld_env_reduced(monkeypatch, capsys):
+    """`benchmarks/alfworld_env.py --tiny`: one pick_and_place_simple game generated in a
+    fresh cache, then played by the expert, a random policy and a random policy with the
+    expert on; the text report prints the row."""
+    pytest.importorskip("alfworld", reason="ALFWorld games need the alfworld wheel: "
+                                           "pip install -e '.[alfworld]'")
+    r = _run("alfworld_env.py")
+    assert r["mode"] == "steps" and r["task_types"] == ["pick_and_place_simple"]
+    (row,) = r["rows"]
+    assert len(row["generation_s"]) == 1 and all(_finite(s) and s > 0 for s in row["generation_s"])
+    for key in ("reset_s", "expert_steps_per_s", "random_steps_per_s",
+                "random_expert_on_steps_per_s"):
+        assert _finite(row[key]) and row[key] > 0, key
+    text = _printed("alfworld_env", r, monkeypatch, capsys)
+    assert "pick_and_place_simple" in text and "random+expert st/s" in text
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group("sandbox")
+def test_swe_generate_and_episodes_reduced(tmp_path, monkeypatch, capsys):
+    """`benchmarks/swe_generate.py --tiny` makes one real task (a seeded bug in inflection,
+    checked by its own suite in the sandbox) and saves it; `benchmarks/swe_episodes.py
+    --tiny --tasks` plays it with the expert, which solves it with one test run (`submit`
+    reuses it). Sharing the task keeps the generation cost to once."""
+    from tripod.envs.swe.sandbox import namespaces_available
+
+    if not namespaces_available():
+        pytest.skip("the SWE sandbox needs namespaces, which unshare cannot create here")
+    tasks = tmp_path / "tasks.jsonl"
+    gen = _run("swe_generate.py", "--save", str(tasks))
+    assert gen["tasks"] == 1 and [p["project"] for p in gen["projects"]] == ["inflection"]
+    assert _finite(gen["tasks_per_min"]) and gen["tasks_per_min"] > 0
+    assert sum(gen["tiers"].values()) == 1 and len(tasks.read_text().splitlines()) == 1
+    assert "tasks/min" in _printed("swe_generate", gen, monkeypatch, capsys)
+    episodes = _run("swe_episodes.py", "--tasks", str(tasks))
+    (run,) = episodes["runs"]
+    assert (run["workers"], run["episodes"], run["solved"]) == (1, 1, 1)
+    assert run["run_tests_per_min"] == run["episodes_per_min"] > 0
+    assert "solved 1/1" in _printed("swe_episodes", episodes, monkeypatch, capsys)
+
+
+@pytest.mark.slow
+def test_report_size_reduced(monkeypatch, capsys):
+    """`benchmarks/report_size.py --tiny`: a run of 2 episodes with advantages and trainer
+    logprobs, its report built and opened once in headless Chromium, which rendered it."""
+    names = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
+    if not any(shutil.which(n) for n in names):
+        pytest.skip("chromium is not installed (CI installs it: apt-get install -y chromium)")
+    r = _run("report_size.py")
+    assert r["episodes"] == 2 and r["records_bytes"] > 0 and r["report_bytes"] > 0
+    assert len(r["chromium_wall_s"]) == len(r["chromium_blank_s"]) == len(r["render_ms"]) == 1
+    assert r["render_ms"][0] >= 0 and _finite(r["build_s"])
+    assert "episodes: trajectory records" in _printed("report_size", r, monkeypatch, capsys)
