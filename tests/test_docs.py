@@ -77,3 +77,17 @@ def test_every_command_named_in_prose_exists():
     for path in DOCS:
         for span in re.findall(r"`tripod ([a-z]+)", path.read_text()):
             assert span in choices, f"{path.name} names `tripod {span}`"
+
+
+ENV_TEMPLATE = ["Ids", "Observation", "Action format", "Reward and progress", "Episode end",
+                "Options", "Expert", "Cost"]
+
+
+@pytest.mark.parametrize("page", ["textworld.md", "alfworld.md", "swe.md"])
+def test_env_pages_follow_one_template(page):
+    """docs/envs.md promises one template for every family's page: the template's sections
+    in order (the family's own may come between them), the version history last."""
+    text = re.sub(r"(?ms)^```.*?^```", "", (ROOT / "docs" / page).read_text())
+    headings = re.findall(r"(?m)^## (.+)$", text)
+    assert [h for h in headings if h in ENV_TEMPLATE] == ENV_TEMPLATE, headings
+    assert headings[-1] == "Version history"
