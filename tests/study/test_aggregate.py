@@ -58,8 +58,8 @@ def test_compare_pairs_same_seed_and_game_and_skips_env_errors():
     (c,) = compare_arms(rows, "a", "b")
     # pairs (seed, game): s0: (1,0) (1,1) (0,0) (0,1); s1: (1,1) (0,0) (E) (1,1) -> 7 pairs
     assert (c.pairs, c.a_only, c.b_only) == (7, 1, 1)
-    assert c.diff == pytest.approx(0.0)
-    assert c.p_value == pytest.approx(1.0)
+    assert c.difference.diff == pytest.approx(0.0)
+    assert c.difference.p_value == pytest.approx(1.0)
 
 
 def test_summaries_pool_seeds_and_keep_each_seed():
@@ -92,9 +92,9 @@ def test_arms_without_a_common_env_are_compared_unpaired():
     assert isinstance(c, Unpaired)
     assert (c.a_envs, c.b_envs) == (["w2"], ["w8"])
     assert (c.a_won, c.a_n, c.b_won, c.b_n) == (5, 8, 1, 7)   # the env error is not a game
-    assert c.diff == pytest.approx(5 / 8 - 1 / 7)
-    assert c.ci95 == pytest.approx(newcombe_interval(5, 8, 1, 7))
-    assert c.p_value == pytest.approx(fisher_exact(5, 8, 1, 7))
+    assert c.difference.diff == pytest.approx(5 / 8 - 1 / 7)
+    assert c.difference.ci95 == pytest.approx(newcombe_interval(5, 8, 1, 7))
+    assert c.difference.p_value == pytest.approx(fisher_exact(5, 8, 1, 7))
     text = summary_markdown("t", [], rows, [c], [])
     assert "## Unpaired comparisons" in text and "## Paired comparisons" not in text
     assert "| small vs big | w2 | w8 | 5/8 | 1/7 | +48.2% |" in text

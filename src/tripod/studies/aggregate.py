@@ -165,6 +165,21 @@ def _hashable(value: Any) -> Any:
 
 
 @dataclass
+class Difference:
+    """Success rate of arm `a` minus that of arm `b`, with its 95% interval and the p-value of
+    a test of no difference (the comparison that holds it says which interval and test)."""
+
+    diff: float
+    ci95: tuple[float, float]
+    p_value: float
+
+    def cells(self) -> list[str]:
+        """The last three cells of a comparison's row: difference, interval, p-value."""
+        lo, hi = self.ci95
+        return [f"{self.diff:+.1%}", f"{lo:+.1%} to {hi:+.1%}", f"{self.p_value:.3g}"]
+
+
+@dataclass
 class Paired:
     """Arm `a` against arm `b` on the same (seed, game) pairs of one env."""
 
@@ -175,12 +190,10 @@ class Paired:
     a_only: int
     """Pairs that `a` won and `b` did not."""
     b_only: int
-    diff: float
-    """Success of `a` minus success of `b` on the pairs."""
-    ci95: tuple[float, float]
-    """Paired bootstrap percentile interval of `diff` (pairs resampled, 2000 draws)."""
-    p_value: float
-    """Exact two-sided McNemar test (binomial on the discordant pairs)."""
+    difference: Difference
+    """Success of `a` minus success of `b` on the pairs; its interval is the paired bootstrap
+    percentile interval (pairs resampled, 2000 draws), its test the exact two-sided McNemar
+    test (binomial on the discordant pairs)."""
 
     TITLE: ClassVar[str] = "Paired comparisons (same seeds, same games)"
     COLUMNS: ClassVar[list[str]] = ["a vs b", "evaluated env", "pairs", "only a won",
@@ -188,10 +201,8 @@ class Paired:
                                     "McNemar p"]
 
     def cells(self) -> list[str]:
-        lo, hi = self.ci95
         return [f"{self.a} vs {self.b}", self.eval_env, str(self.pairs), str(self.a_only),
-                str(self.b_only), f"{self.diff:+.1%}", f"{lo:+.1%} to {hi:+.1%}",
-                f"{self.p_value:.3g}"]
+                str(self.b_only), *self.difference.cells()]
 
 
 def mcnemar_exact(a_only: int, b_only: int) -> float:
@@ -228,9 +239,9 @@ def compare_arms(rows: list[EvalRow], a: str, b: str) -> list[Paired]:
         keys = sorted(k for k in oa.keys() & ob.keys() if k[0] == env)
         diffs = np.array([int(oa[k]) - int(ob[k]) for k in keys], dtype=float)   # [pairs]
         a_only, b_only = int((diffs > 0).sum()), int((diffs < 0).sum())
-        out.append(Paired(a, b, env, len(keys), a_only, b_only,
-                          float(diffs.mean()) if len(keys) else float("nan"),
-                          paired_bootstrap(diffs), mcnemar_exact(a_only, b_only)))
+        diff = float(diffs.mean()) if len(keys) else float("nan")
+        out.append(Paired(a, b, env, len(keys), a_only, b_only, Difference(
+            diff, paired_bootstrap(diffs), mcnemar_exact(a_only, b_only))))
     return out
 
 
@@ -248,22 +259,18 @@ class Unpaired:
     a_n: int
     b_won: int
     b_n: int
-    diff: float
-    """Success rate of `a` minus that of `b`."""
-    ci95: tuple[float, float]
-    """Newcombe's hybrid score interval of `diff` (built from the two Wilson intervals)."""
-    p_value: float
-    """Fisher's exact test, two-sided."""
+    difference: Difference
+    """Success rate of `a` minus that of `b`; its interval is Newcombe's hybrid score interval
+    (built from the two Wilson intervals), its test Fisher's exact test, two-sided."""
 
     TITLE: ClassVar[str] = "Unpaired comparisons (no evaluated env id in common)"
     COLUMNS: ClassVar[list[str]] = ["a vs b", "a evaluated on", "b evaluated on", "a won/n",
                                     "b won/n", "a - b", "95% CI (Newcombe)", "Fisher p"]
 
     def cells(self) -> list[str]:
-        lo, hi = self.ci95
         return [f"{self.a} vs {self.b}", ", ".join(self.a_envs), ", ".join(self.b_envs),
-                f"{self.a_won}/{self.a_n}", f"{self.b_won}/{self.b_n}", f"{self.diff:+.1%}",
-                f"{lo:+.1%} to {hi:+.1%}", f"{self.p_value:.3g}"]
+                f"{self.a_won}/{self.a_n}", f"{self.b_won}/{self.b_n}",
+                *self.difference.cells()]
 
 
 def newcombe_interval(a_won: int, a_n: int, b_won: int, b_n: int) -> tuple[float, float]:
@@ -301,9 +308,9 @@ def compare_unpaired(rows: list[EvalRow], a: str, b: str) -> Unpaired | None:
     if not a_n or not b_n:
         return None
     return Unpaired(a, b, sorted({r.eval_env for r in ra}), sorted({r.eval_env for r in rb}),
-                    a_won, a_n, b_won, b_n, a_won / a_n - b_won / b_n,
-                    newcombe_interval(a_won, a_n, b_won, b_n),
-                    fisher_exact(a_won, a_n, b_won, b_n))
+                    a_won, a_n, b_won, b_n, Difference(
+                        a_won / a_n - b_won / b_n, newcombe_interval(a_won, a_n, b_won, b_n),
+                        fisher_exact(a_won, a_n, b_won, b_n)))
 
 
 def compare(rows: list[EvalRow], a: str, b: str) -> list[Paired | Unpaired]:
