@@ -30,12 +30,12 @@ import time
 import torch
 from _common import (
     command_line,
+    emit,
     loadavg,
     machine_facts,
     matmul_peak,
     output_flags,
     print_header,
-    print_json,
     progress,
 )
 
@@ -154,10 +154,7 @@ def main() -> None:
         args.model, args.rows, args.later, args.repeats = "tiny", 4, 2, 1
         args.budgets = [16, 2048]
     report = run(args)
-    if args.json:
-        print_json(report)
-    else:
-        _print(report)
+    emit(report, args.json, _print)
 
 
 if __name__ == "__main__":

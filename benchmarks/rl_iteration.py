@@ -57,11 +57,11 @@ from _common import (
     FlopModel,
     RssSampler,
     command_line,
+    emit,
     loadavg,
     matmul_peak,
     max_rss_mb,
     output_flags,
-    print_json,
     progress,
     rollout_work,
 )
@@ -405,10 +405,7 @@ def main() -> None:
                     "loadavg_before": load_before, "loadavg_after": loadavg()},
         "runs": measured["runs"], "memory": measured["memory"],
     }
-    if args.json:
-        print_json(report)
-    else:
-        _print(report)
+    emit(report, args.json, _print)
 
 
 if __name__ == "__main__":

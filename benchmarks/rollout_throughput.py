@@ -59,10 +59,10 @@ from _common import (
     ArenaCountingEngine,
     FlopModel,
     command_line,
+    emit,
     loadavg,
     matmul_peak,
     output_flags,
-    print_json,
     progress,
     work_flops,
 )
@@ -378,10 +378,7 @@ def main() -> None:
         "engine_paths_same_actions": measured["engine_paths_same_actions"],
         "ratios": ratios(measured["runs"]),
     }
-    if args.json:
-        print_json(report)
-    else:
-        _print(report)
+    emit(report, args.json, _print)
 
 
 if __name__ == "__main__":
