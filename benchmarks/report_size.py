@@ -159,12 +159,17 @@ def _print(r: dict) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None,
-                        help="folder for the run (default: a new temporary one)")
+                        help="keep the run and its report here (default: a temporary "
+                             "folder, removed after measuring)")
     output_flags(parser)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    out = args.out or Path(tempfile.mkdtemp(prefix="tripod-report-size-"))
-    emit(measure(out, TINY if args.tiny else Shape()), args.json, _print)
+    shape = TINY if args.tiny else Shape()
+    if args.out is not None:   # the run and its report stay there, to be opened
+        emit(measure(args.out, shape), args.json, _print)
+        return
+    with tempfile.TemporaryDirectory(prefix="tripod-report-size-") as out:
+        emit(measure(Path(out), shape), args.json, _print)
 
 
 if __name__ == "__main__":
