@@ -70,3 +70,61 @@ def test_edit_requires_a_unique_match() -> None:
     with pytest.raises(ToolCallError, match="not found"):
         edited_text("z = 3\n", call)
     assert edited_text("a\nx = 1", call) == "a\nx = 2"  # file without final newline
+
+
+SOURCE = "def f(x):\n    if x > 1:\n        return x\n    return 0\n\n\ndef g():\n    return 2\n"
+
+
+def test_search_not_found_shows_the_nearest_lines() -> None:
+    """A SEARCH text with the wrong indentation: the feedback numbers the lines it meant."""
+    call = ToolCall("edit", path="m.py", old="if x > 1:\n    return x\n", new="")
+    with pytest.raises(ToolCallError) as err:
+        edited_text(SOURCE, call)
+    message = str(err.value)
+    assert "not found" in message and "edit PATH START-END" in message
+    assert "    2      if x > 1:\n    3          return x" in message
+    assert "def g" not in message  # only the nearest lines
+    far = ToolCall("edit", path="m.py", old="completely unrelated text\n", new="")
+    with pytest.raises(ToolCallError) as err:
+        edited_text(SOURCE, far)
+    assert "nearest" not in str(err.value)  # nothing close: no misleading lines
+
+
+def test_failed_edits_name_line_numbers() -> None:
+    twice = ToolCall("edit", path="m.py", old="a = 1\n", new="a = 2\n")
+    with pytest.raises(ToolCallError, match=r"2 times in m.py \(at lines 1, 3\)"):
+        edited_text("a = 1\nb = 2\na = 1\n", twice)
+    outside = ToolCall("edit", path="m.py", start=20, end=21, new="x\n")
+    with pytest.raises(ToolCallError) as err:
+        edited_text(SOURCE, outside)
+    assert "has 8 lines" in str(err.value) and "    8      return 2" in str(err.value)
+
+
+def test_lines_block_may_hold_a_separator_line() -> None:
+    """A LINES block holds new lines only, so an RST underline in a docstring is text; a
+    SEARCH block given a line range is still a mixed-up format."""
+    text = 'edit m.py 1-1\n<<<<<<< LINES\n"""Title\n=======\n"""\n>>>>>>> LINES'
+    assert parse_tool_call(text).new == '"""Title\n=======\n"""\n'
+    with pytest.raises(ToolCallError, match="only the new lines"):
+        parse_tool_call("edit m.py 1-1\n<<<<<<< SEARCH\na\n=======\nb\n>>>>>>> REPLACE")
+
+
+@pytest.mark.parametrize("current, call, refused", [
+    (SOURCE, ToolCall("edit", path="m.py", start=2, end=2, new="    if x > 1\n"), True),
+    (SOURCE, ToolCall("edit", path="m.py", old="    return 0\n", new="    return (0\n"), True),
+    (None, ToolCall("edit", path="new.py", old="", new="def (:\n"), True),  # a new file
+    (SOURCE, ToolCall("edit", path="m.py", start=2, end=2, new="    if x >= 1:\n"), False),
+    (SOURCE, ToolCall("edit", path="notes.txt", start=2, end=2, new="(\n"), False),
+    ("def (:\n", ToolCall("edit", path="m.py", start=1, end=1, new="def (x:\n"), False),
+])
+def test_edits_that_break_a_python_file_are_refused(current, call, refused) -> None:
+    """Refused only where a .py file that parsed (or a new one) would no longer parse; a
+    file that was already broken may be edited on the way to a repair."""
+    from tripod.envs.swe.tools import checked_edit
+
+    if not refused:
+        assert checked_edit(current, call) == edited_text(current, call)
+        return
+    with pytest.raises(ToolCallError) as err:
+        checked_edit(current, call)
+    assert "would no longer parse" in str(err.value) and "line " in str(err.value)

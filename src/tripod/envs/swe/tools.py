@@ -5,27 +5,31 @@ One tool call per turn, written as a command line (optionally inside a ``` fence
     list [PATH]
     view PATH [START-END]
     search TEXT [PATH]            (TEXT may be quoted: search "def foo" src/)
+    edit PATH START-END           replace lines START..END (inclusive):
+    <<<<<<< LINES
+    new lines
+    >>>>>>> LINES
     edit PATH                     replace one exact occurrence:
     <<<<<<< SEARCH
     old lines
     =======
     new lines
     >>>>>>> REPLACE
-    edit PATH START-END           replace lines START..END (inclusive):
-    <<<<<<< LINES
-    new lines
-    >>>>>>> LINES
     run_tests [TEST ...]
     submit
 
 Parsing is forgiving where intent is clear (a ``<think>`` block, prose around the call, a
 fence, ``$ `` or ``Action:`` prefixes, aliases such as ``cat`` or ``pytest``, a range written
 ``10:20`` or ``10 20``) and precise where it is not: anything else is an error whose message
-shows the valid form, so the agent can correct itself on the next turn.
+shows the valid form, so the agent can correct itself on the next turn. An edit that does
+not apply shows the file's nearest lines with their numbers; one after which a ``.py`` file
+would no longer parse is refused with the syntax error (`checked_edit`).
 """
 
 from __future__ import annotations
 
+import ast
+import difflib
 import re
 import shlex
 from collections.abc import Iterator
@@ -41,10 +45,10 @@ USAGE = {
     "list": "list [PATH]                 list the files under PATH (default: the repository)",
     "view": "view PATH [START-END]       show a file with line numbers (or a line range)",
     "search": 'search TEXT [PATH]          find a literal TEXT (quote it if it has spaces)',
-    "edit": ("edit PATH                   replace one exact occurrence of the SEARCH lines:\n"
-             "<<<<<<< SEARCH\nold lines, copied exactly\n=======\nnew lines\n>>>>>>> REPLACE\n"
-             "edit PATH START-END         replace lines START..END (inclusive):\n"
-             "<<<<<<< LINES\nnew lines\n>>>>>>> LINES"),
+    "edit": ("edit PATH START-END         replace lines START..END (inclusive) by new lines:\n"
+             "<<<<<<< LINES\nnew lines\n>>>>>>> LINES\n"
+             "edit PATH                   or replace one exact occurrence of the SEARCH lines:\n"
+             "<<<<<<< SEARCH\nold lines, copied exactly\n=======\nnew lines\n>>>>>>> REPLACE"),
     "run_tests": "run_tests [TEST ...]        run the task's tests, or given files / test ids",
     "submit": "submit                      finish; your changes are scored by the tests",
 }
@@ -233,7 +237,9 @@ def _parse_edit(path: str, span: tuple[int, int] | None, after: list[str]) -> To
     body = after[start + 1:end]
     sep = next((i for i, ln in enumerate(body) if _SEP.match(ln)), None)
     if span is not None:
-        if sep is not None:
+        # A LINES block holds new lines only, so a ======= line in it is text (an RST
+        # underline in a docstring); in a block opened otherwise it is a mixed-up format.
+        if sep is not None and "LINES" not in after[start].upper():
             raise ToolCallError("a line-range edit takes only the new lines (no =======)", "edit")
         return ToolCall("edit", path=path, start=span[0], end=span[1], new=_join(body))
     if sep is None:
@@ -258,7 +264,8 @@ def tool_list(ws: Workspace, call: ToolCall) -> str:
     return f"{len(files)} files under {call.path or '.'}:\n" + "\n".join(shown) + more
 
 
-def _numbered(lines: list[str], first: int) -> str:
+def numbered(lines: list[str], first: int) -> str:
+    """`lines` prefixed with their numbers from `first` on, as `view` shows them."""
     return "".join(f"{first + i:>5}  {line if line.endswith(chr(10)) else line + chr(10)}"
                    for i, line in enumerate(lines))
 
@@ -277,7 +284,7 @@ def tool_view(ws: Workspace, call: ToolCall) -> str:
     header = f"{call.path} (lines {start}-{end} of {len(lines)})\n"
     hint = (f"... use view {call.path} {end + 1}-{min(end + VIEW_MAX_LINES, len(lines))} "
             "to see more\n" if end < len(lines) else "")
-    return header + _numbered(lines[start - 1:end], start) + hint
+    return header + numbered(lines[start - 1:end], start) + hint
 
 
 SEARCH_MAX_BYTES = 32_000_000
@@ -340,6 +347,11 @@ def _matches(ws: Workspace, call: ToolCall) -> _Search:
     return found
 
 
+def search_hits(ws: Workspace, text: str, path: str = "") -> list[tuple[str, int, str]]:
+    """(path, line number, line) of the first `SEARCH_MAX_HITS` lines holding `text`."""
+    return _matches(ws, ToolCall("search", text=text, path=path)).hits
+
+
 def tool_search(ws: Workspace, call: ToolCall) -> str:
     found = _matches(ws, call)
     hits = [f"{rel}:{n}: {line.rstrip()[:200]}" for rel, n, line in found.hits]
@@ -353,7 +365,8 @@ def tool_search(ws: Workspace, call: ToolCall) -> str:
 
 
 def edited_text(current: str | None, call: ToolCall) -> str:
-    """The file text after an edit call; raises `ToolCallError` if it does not apply."""
+    """The file text after an edit call; raises `ToolCallError` if it does not apply (its
+    message shows the file's nearest lines with their numbers)."""
     if call.old is None:
         return _replace_lines(current, call)
     if current is None:
@@ -369,11 +382,16 @@ def edited_text(current: str | None, call: ToolCall) -> str:
         old, new = old[:-1], new[:-1] if new.endswith("\n") else new
         count = current.count(old)
     if count == 0:
-        raise ToolCallError(f"the SEARCH lines were not found in {call.path}; view the file "
-                            "and copy them exactly, indentation included", "edit")
+        near = nearest_lines(current, old)
+        raise ToolCallError(
+            f"the SEARCH lines were not found in {call.path}; copy them exactly, indentation "
+            "included, or edit by line numbers (edit PATH START-END)"
+            + (f". The nearest lines are:\n{near}" if near else ""), "edit")
     if count > 1:
-        raise ToolCallError(f"the SEARCH lines occur {count} times in {call.path}; include "
-                            "more surrounding lines so they match once", "edit")
+        at = _line_numbers(current, old)
+        raise ToolCallError(f"the SEARCH lines occur {count} times in {call.path} (at lines "
+                            f"{', '.join(map(str, at))}); include more surrounding lines so "
+                            "they match once, or edit by line numbers", "edit")
     return current.replace(old, new, 1)
 
 
@@ -383,13 +401,90 @@ def _replace_lines(current: str | None, call: ToolCall) -> str:
     lines = split_lines(current)
     assert call.start is not None and call.end is not None
     if call.end > len(lines) or call.start > len(lines) + 1:
+        last = numbered(lines[-NEAR_LINES:], max(len(lines) - NEAR_LINES, 0) + 1)
         raise ToolCallError(f"{call.path} has {len(lines)} lines; range {call.start}-"
-                            f"{call.end} is outside it", "edit")
+                            f"{call.end} is outside it" +
+                            (f". Its last lines are:\n{last}" if lines else ""), "edit")
     if call.end >= call.start and lines and not lines[call.end - 1].endswith("\n"):
         new = call.new[:-1] if call.new.endswith("\n") else call.new  # keep a missing EOL
     else:
         new = call.new
     return "".join(lines[:call.start - 1]) + new + "".join(lines[call.end:])
+
+
+NEAR_LINES = 8
+"""Most lines a failed edit's feedback shows."""
+NEAR_MAX_FILE_LINES = 20_000
+"""Lines of a file compared with a SEARCH text that was not found (bounds the cost)."""
+NEAR_LINE_CHARS = 200
+"""Characters of each line compared."""
+
+
+def _line_numbers(text: str, needle: str, most: int = 5) -> list[int]:
+    """1-based line numbers where `needle` starts in `text` (the first `most`)."""
+    out, pos = [], text.find(needle)
+    while pos != -1 and len(out) < most:
+        out.append(text.count("\n", 0, pos) + 1)
+        pos = text.find(needle, pos + 1)
+    return out
+
+
+def nearest_lines(text: str, wanted: str) -> str:
+    """The lines of `text` most like the SEARCH text `wanted`, numbered ("" if none is
+    close). The best line match (indentation ignored, difflib's ratio) of one of its first
+    three lines places the window; an agent then sees what to copy or which lines to edit."""
+    lines = split_lines(text)
+    keys = [line.strip()[:NEAR_LINE_CHARS] for line in lines[:NEAR_MAX_FILE_LINES]]
+    wanted_lines = split_lines(wanted)
+    best, start = 0.6, None  # below this ratio a "nearest" line misleads more than it helps
+    matcher = difflib.SequenceMatcher(autojunk=False)
+    for offset, want in [(k, w.strip()[:NEAR_LINE_CHARS]) for k, w in enumerate(wanted_lines)
+                         if w.strip()][:3]:
+        matcher.set_seq2(want)
+        for i, key in enumerate(keys):
+            if not key:
+                continue
+            matcher.set_seq1(key)
+            if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
+                ratio = matcher.ratio()
+                if ratio > best:
+                    best, start = ratio, i - offset
+    if start is None:
+        return ""
+    lo = max(start - 1, 0)
+    hi = min(max(start + len(wanted_lines) + 1, lo + 3), len(lines), lo + NEAR_LINES)
+    return numbered(lines[lo:hi], lo + 1).rstrip("\n")
+
+
+def syntax_problem(text: str) -> tuple[int, str] | None:
+    """(line, message) if `text` is not valid Python, else None."""
+    try:
+        ast.parse(text)
+    except SyntaxError as exc:
+        return exc.lineno or 1, exc.msg
+    except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, deep nesting
+        return 1, str(exc) or type(exc).__name__
+    return None
+
+
+def checked_edit(current: str | None, call: ToolCall) -> str:
+    """`edited_text`, refused (`ToolCallError`, the file left as it was) when a ``.py`` file
+    that parses, or a new one, would no longer parse after the edit: a typo is reported with
+    the lines around it at once, instead of as a test run where every test fails (SWE-agent's
+    lint guard). A file that did not parse before may be edited freely (to repair it)."""
+    after = edited_text(current, call)
+    if not call.path.endswith(".py") or (current is not None and syntax_problem(current)):
+        return after
+    problem = syntax_problem(after)
+    if problem is None:
+        return after
+    line, message = problem
+    lines = split_lines(after)
+    lo = max(min(line, len(lines)) - 1 - NEAR_LINES // 2, 0)
+    shown = numbered(lines[lo:lo + NEAR_LINES], lo + 1).rstrip("\n")
+    raise ToolCallError(f"the edit was not applied: {call.path} would no longer parse "
+                        f"(line {line}: {message}). After the edit, lines {lo + 1}-"
+                        f"{min(lo + NEAR_LINES, len(lines))} would read:\n{shown}", "edit")
 
 
 def edit_summary(path: str, before: str | None, after: str) -> str:
@@ -403,4 +498,4 @@ def edit_summary(path: str, before: str | None, after: str) -> str:
         tail += 1
     lo, hi = max(first - 3, 0), min(len(new_lines) - tail + 3, len(new_lines))
     return (f"Edited {path}; lines {lo + 1}-{hi} now read:\n"
-            + _numbered(new_lines[lo:hi][:60], lo + 1))
+            + numbered(new_lines[lo:hi][:60], lo + 1))
