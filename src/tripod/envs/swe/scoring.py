@@ -4,10 +4,11 @@ Outcomes come from pytest's ``-rA`` short summary (one ``PASSED id`` / ``FAILED 
 line per test), the same lines SWE-bench's log parser reads, so SWE-Gym test ids match.
 A target test missing from the report (not collected, crashed run) counts as failing.
 
-Text output can be forged by the code under test, so this serves only runs that are not
-scored against an agent: the agent's own feedback runs, the task generator (pristine and
-mutated trees it made itself) and Docker workspaces. The reward of local workspaces comes
-from `verify.py`.
+Text output can be forged by the code under test, so the text parser serves only runs that
+are not scored against an agent: the agent's own feedback runs, the task generator (pristine
+and mutated trees it made itself) and Docker workspaces. The outcomes of local workspaces'
+scored runs come from `verify.py`; `TargetScore` counts them and turns the counts into the
+episode's progress measure.
 """
 
 from __future__ import annotations
@@ -44,6 +45,10 @@ def parse_pytest_report(output: str) -> dict[str, str]:
     return results
 
 
+PROGRESS_MEASURES = ("all_tests", "fail_to_pass", "binary")
+"""What an SWE episode's progress measures (`SweEnvConfig.progress`)."""
+
+
 @dataclass(frozen=True)
 class TargetScore:
     """How the instance's target tests fared in one run."""
@@ -58,6 +63,29 @@ class TargetScore:
     def binary(self) -> float:
         """1 iff every FAIL_TO_PASS test passes and no PASS_TO_PASS test broke."""
         return float(self.f2p_passed == self.f2p_total and self.p2p_failed == 0)
+
+    @property
+    def all_tests(self) -> float:
+        """Share of all the target tests (FAIL_TO_PASS + PASS_TO_PASS) passing: the
+        paper's "ratio verified" reward."""
+        total = self.f2p_total + self.p2p_total
+        passed = self.f2p_passed + self.p2p_total - self.p2p_failed
+        return passed / total if total else 0.0
+
+    @property
+    def fail_to_pass(self) -> float:
+        """Share of the FAIL_TO_PASS tests passing, cancelled to 0 by any broken
+        PASS_TO_PASS test: 0 at the base, so doing nothing earns nothing."""
+        if self.p2p_failed:
+            return 0.0
+        return self.f2p_passed / self.f2p_total if self.f2p_total else 1.0
+
+    def progress(self, measure: str) -> float:
+        """The named measure: `all_tests`, `fail_to_pass` or `binary`."""
+        if measure not in PROGRESS_MEASURES:
+            raise ValueError(f"unknown progress measure {measure!r}; use one of "
+                             f"{', '.join(PROGRESS_MEASURES)}")
+        return float(getattr(self, measure))
 
     def ratio(self, broken_penalty: float = 1.0) -> float:
         """Share of FAIL_TO_PASS tests passing, minus `broken_penalty` times the share of

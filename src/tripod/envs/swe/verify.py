@@ -23,6 +23,7 @@ What this does not guarantee is written down in docs/swe.md (threat model).
 from __future__ import annotations
 
 import ast
+import difflib
 import hashlib
 import json
 import os
@@ -34,7 +35,7 @@ from pathlib import Path, PurePosixPath
 
 from tripod.envs.swe import safefs
 from tripod.envs.swe.gate import Gate, Refusal
-from tripod.envs.swe.patches import PatchError, apply_patch_to_texts
+from tripod.envs.swe.patches import PatchError, apply_patch_to_texts, make_patch
 from tripod.envs.swe.sandbox import ABNORMAL_STATUSES, RunResult, SandboxLimits, run_sandboxed
 from tripod.envs.swe.scoring import counts_as_passing
 from tripod.envs.swe.task import SweTask
@@ -159,6 +160,14 @@ class VerifiedRun:
     """What the gate refused (the change did not run)."""
     reference: dict[str, str] = field(default_factory=dict)
     """Reference outcomes (the gold tree's) of the tests this run reports as XFAIL."""
+    patch: str = ""
+    """The scored change as a unified diff (`source_diff`; empty for no change)."""
+    gold_patch: str = ""
+    """The gold patch written the same way (never shown to the agent)."""
+
+    def similarity(self) -> float:
+        """How like the gold patch the scored change is (`patch_similarity`)."""
+        return patch_similarity(self.patch, self.gold_patch)
 
     def passes(self, test: str) -> bool:
         """`test` passed: PASSED, or XFAIL where its reference outcome is XFAIL too."""
@@ -241,6 +250,8 @@ class Verifier:
         self.sources = [r for r in candidates if r not in tests.modules]
         self.pristine = {r: texts[r] for r in self.sources}
         self.gate = Gate(self.pristine, gold, tests.names)
+        self.gold_diff = source_diff(self.pristine, gold)
+        """The gold patch as the agent's change is written (`source_diff`), for similarity."""
         self._last: tuple[tuple, VerifiedRun] | None = None
 
     def changes(self, root: Path) -> dict[str, bytes | None]:
@@ -272,6 +283,7 @@ class Verifier:
                                  what)
         else:
             result = self._with_reference(self._run(changed, limits), limits)
+        result.patch, result.gold_patch = source_diff(self.pristine, changed), self.gold_diff
         self._last = (key, result)
         return result
 
@@ -288,7 +300,7 @@ class Verifier:
     def reference(self, limits: SandboxLimits) -> dict[str, str]:
         """Every test's outcome on the gold tree (the base with the gold patch), through
         the trusted runner; cached per task in the process."""
-        key = _task_key(self.task)
+        key = task_key(self.task)
         if key not in _REFERENCES:
             gold = _gold_texts(self.task, self.pristine)
             run = self._run(gold, limits)
@@ -332,9 +344,38 @@ class Verifier:
 
 
 _REFERENCES: dict[str, dict[str, str]] = {}
+SIMILARITY_MAX_CHARS = 6_000
+"""Diffs longer than this together are compared line by line, not character by character
+(difflib's cost grows with the product of the lengths: about 0.3 s at this size; a one-bug
+fix's diff is a few hundred characters)."""
 
 
-def _task_key(task: SweTask) -> str:
+def source_diff(pristine: dict[str, bytes], changed: dict[str, bytes | None]) -> str:
+    """The change to the source files as one unified diff, file by file in path order."""
+    def text(data: bytes | None) -> str | None:
+        return None if data is None else data.decode("utf-8", errors="replace")
+
+    return "".join(make_patch(rel, text(pristine.get(rel)), text(data))
+                   for rel, data in sorted(changed.items()))
+
+
+def patch_similarity(patch: str, gold: str) -> float:
+    """difflib's ratio between the agent's diff and the gold diff, in [0, 1] (SWE-RL's
+    reward, arXiv 2502.18449), character by character (no "junk" heuristic: it would
+    discard every common character of code); 0 for no change. Past `SIMILARITY_MAX_CHARS`
+    the diffs are compared line by line."""
+    if not patch or not gold:
+        return 0.0
+    if len(patch) + len(gold) > SIMILARITY_MAX_CHARS:
+        a: str | list[str] = patch.splitlines()
+        b: str | list[str] = gold.splitlines()
+    else:
+        a, b = patch, gold
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def task_key(task: SweTask) -> str:
+    """A digest of everything a task is (per-task caches in the process use it)."""
     return hashlib.sha256(json.dumps(task.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
