@@ -415,3 +415,91 @@ def test_swallowed_network_attempt_is_still_a_violation(env: SweEnv, monkeypatch
     step = _step(env, "run_tests")
     assert step.terminated and step.info.extra["status"] == "sandbox_violation"
     assert step.info.progress == 0.0 and not step.info.won
+
+
+# --- 5. the first observation and line edits -----------------------------------------------
+
+HIDDEN_TESTS = '''from calc import clamp
+
+HELPER = "hidden-helper-secret-1"
+
+
+def _expected():
+    return 10  # hidden-comment-secret-2
+
+
+def test_clamp_far():
+    """hidden-docstring-secret-3"""
+    print("hidden-stdout-secret-4")
+    limit = _expected()
+    assert clamp(99, 0, 10) == limit
+'''
+
+
+def test_first_observation_shows_no_hidden_test_or_gold_text(calc_task: SweTask) -> None:
+    """The traceback comes from a run with the hidden test patch: it shows the failing
+    line and the error, nothing else of the hidden file, and nothing of the gold patch."""
+    from tripod.envs.swe.patches import make_patch
+
+    calc_task.test_patch = make_patch("tests/test_hidden.py", None, HIDDEN_TESTS)
+    calc_task.FAIL_TO_PASS = ["tests/test_hidden.py::test_clamp_far"]
+    env = SweEnv("swe/test", "train", [calc_task])
+    try:
+        obs, info = env.reset(0)
+        assert "tests/test_hidden.py:14: in test_clamp_far\n    assert clamp(99, 0, 10) " \
+            "== limit\nE   assert 99 == 10" in obs  # what the traceback lines show
+        for hidden in ("secret-1", "secret-2", "secret-3", "secret-4", "_expected", "HELPER",
+                       "from calc import"):
+            assert hidden not in obs and hidden not in info.objective
+        gold = [line[1:] for line in calc_task.patch.splitlines()
+                if line.startswith("+") and not line.startswith("+++")]
+        assert gold and all(line not in obs for line in gold)  # "        return hi"
+        view = env.step("view tests/test_hidden.py")
+        assert view.info.invalid_action and "no file" in view.observation
+    finally:
+        env.close()
+
+
+def _lines(call: str, text: str = "x = 2\n") -> str:
+    return f"{call}\n<<<<<<< LINES\n{text}>>>>>>> LINES"
+
+
+@pytest.mark.parametrize("path", ["../victim.py", "/workspace/../victim.py",
+                                  ".tripod/site/sitecustomize.py", ".git/config",
+                                  "calc/../../victim.py"])
+def test_line_edit_outside_the_repository_is_refused(env: SweEnv, path: str) -> None:
+    step = _step(env, _lines(f"edit {path} 1-1"))
+    assert step.info.invalid_action
+    assert "leaves the repository" in step.observation or "private" in step.observation
+
+
+@needs_namespaces
+def test_line_edit_never_writes_through_a_link(env: SweEnv, tmp_path: Path) -> None:
+    """Links the agent's own code planted, to a file and to a folder outside the
+    workspace: a line edit (replace or insert) is refused, as a SEARCH/REPLACE one is."""
+    victim = tmp_path / "victim.py"
+    victim.write_text("x = 1\n")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "m.py").write_text("y = 1\n")
+    _plant(env, f"import os\nos.remove('calc/__init__.py')\n"
+                f"os.symlink({str(victim)!r}, 'calc/__init__.py')\n"
+                f"os.symlink({str(tmp_path / 'outside')!r}, 'calc/sub')\n")
+    for call in ("edit calc/__init__.py 1-1", "edit calc/__init__.py 1-0",
+                 "edit calc/sub/m.py 1-1"):
+        step = _step(env, _lines(call))
+        assert step.info.invalid_action and "link" in step.observation, step.observation
+    assert victim.read_text() == "x = 1\n"
+    assert (tmp_path / "outside" / "m.py").read_text() == "y = 1\n"
+
+
+@needs_namespaces
+def test_line_edit_of_a_test_file_earns_nothing(env: SweEnv) -> None:
+    step = _step(env, _lines("edit tests/test_calc.py 5-5", "    assert True\n"))
+    assert not step.info.invalid_action  # allowed, and pointless:
+    assert "5 passed" in _step(env, "run_tests tests/test_calc.py").observation
+    _submit_gains_nothing(env)  # scoring uses the pristine tests
+
+
+def test_line_edit_goes_through_the_gate(env: SweEnv) -> None:
+    _step(env, _lines("edit calc/__init__.py 1-0", "import gc\n"))
+    _caught(_step(env, "run_tests"))

@@ -34,7 +34,7 @@ def test_expert_through_the_engine_wins_like_play(task_file):
     assert [t.won for t in trajs] == [r.won for r in played.records] == [True] * 4
     assert [t.num_turns for t in trajs] == [r.turns for r in played.records]
     edits = [t.action_text for t in trajs[0].turns if t.action_text.startswith("edit")]
-    assert edits and "\n" in edits[0] and "REPLACE" in edits[0]  # the whole block got through
+    assert edits and "\n" in edits[0] and edits[0].endswith(">>>>>>> LINES")  # whole block
     assert all(turn.status.value == "ok" for t in trajs for turn in t.turns)
 
 

@@ -10,6 +10,8 @@ from tripod.envs.swe.patches import make_patch
 from tripod.envs.swe.task import SweTask
 from tripod.envs.swe.tools import parse_tool_call
 
+from .conftest import BUGGY, CALC
+
 
 def _edit(old: str, new: str, path: str = "calc/__init__.py") -> str:
     return f"edit {path}\n<<<<<<< SEARCH\n{old}=======\n{new}>>>>>>> REPLACE"
@@ -17,6 +19,8 @@ def _edit(old: str, new: str, path: str = "calc/__init__.py") -> str:
 
 FIX = _edit("        return x\n", "        return hi\n")
 BREAK_MEAN = _edit("    return sum(xs) / len(xs)\n", "    return sum(xs)\n")
+BUGGY_TWO = BUGGY.replace("    return sum(xs) / len(xs)\n", "    return sum(xs)\n")
+"""Two bugs: clamp above the interval, and mean (test_clamp_high and test_mean fail)."""
 
 
 def _play(task: SweTask, actions: list[str], **config) -> tuple[float, list]:
@@ -113,27 +117,29 @@ def test_malformed_call_gets_help_and_costs_a_turn(calc_task: SweTask) -> None:
     assert steps[1].info.extra["tool_calls"] == 2
 
 
-def _run_expert(env: SweEnv, max_steps: int = 40) -> tuple[float, list]:
-    _, info = env.reset(0)
-    steps = []
-    while len(steps) < max_steps:
-        step = env.step(info.expert_action)
-        steps.append(step)
-        info = step.info
-        if step.terminated or step.truncated:
-            break
-    return steps[-1].info.progress, steps
-
-
-def test_expert_replays_the_gold_patch(calc_task: SweTask) -> None:
-    env = SweEnv("swe/test", "train", [calc_task])
+@pytest.mark.parametrize("observation, tools", [
+    ("traceback", ["edit", "run_tests", "submit"]),  # the observation showed the lines
+    ("issue", ["view", "edit", "run_tests", "submit"]),
+])
+def test_expert_replays_the_gold_patch(calc_task: SweTask, observation: str,
+                                       tools: list[str]) -> None:
+    env = SweEnv("swe/test", "train", [calc_task], SweEnvConfig(observation=observation))
     try:
-        total, steps = _run_expert(env)
+        _, info = env.reset(0)
+        steps, actions = [], []
+        while info.expert_action is not None:
+            actions.append(info.expert_action)
+            steps.append(env.step(info.expert_action))
+            info = steps[-1].info
     finally:
         env.close()
-    tools = [s.info.extra["tool"] for s in steps]
-    assert tools == ["view", "edit", "run_tests", "submit"]
-    assert total == 1.0 and steps[-1].info.won
+    assert [s.info.extra["tool"] for s in steps] == tools
+    assert steps[-1].info.progress == 1.0 and steps[-1].info.won
+    # a rewrite of the short `clamp`'s code below its docstring (lines 6-10), by numbers
+    edit = parse_tool_call(actions[tools.index("edit")])
+    assert (edit.old, edit.start, edit.end) == (None, 6, 10)
+    assert edit.new == "    if x < lo:\n        return lo\n    if x > hi:\n        return hi\n" \
+        "    return x\n"
 
 
 def test_expert_recovers_after_agent_mistakes(calc_task: SweTask) -> None:
@@ -191,7 +197,7 @@ def test_expert_actions_are_what_the_parser_reads_back(calc_task: SweTask) -> No
                 == call
             seen.append(call.name)
             info = env.step(action).info
-        assert seen == ["view", "edit", "run_tests", "submit"]
+        assert seen == ["edit", "run_tests", "submit"]
     finally:
         env.close()
 
@@ -248,3 +254,91 @@ def test_tampering_is_counted_in_evaluations_and_reports() -> None:
     assert result.tampered == 2
     [row] = eval_rows({"eval": {"final": {"swe/test": result.to_json()}}})
     assert row.tampered == 2
+
+
+# --- progress measures and shaping ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("measure, base, fixed_but_broke", [
+    ("all_tests", BASE, 4 / 5),
+    ("fail_to_pass", 0.0, 0.0),  # a broken PASS_TO_PASS test cancels the fix
+    ("binary", 0.0, 0.0),
+])
+def test_progress_measures(calc_task: SweTask, measure: str, base: float,
+                           fixed_but_broke: float) -> None:
+    _, steps = _play(calc_task, ["run_tests", FIX, BREAK_MEAN, "run_tests", "submit"],
+                     progress=measure)
+    assert steps[0].info.progress == pytest.approx(base)
+    assert steps[-1].info.progress == pytest.approx(fixed_but_broke)
+    assert not steps[-1].info.won and not steps[-1].info.extra["resolved"]
+    progress, steps = _play(calc_task, [FIX, "submit"], progress=measure)
+    assert progress == 1.0 and steps[-1].info.won and steps[-1].info.extra["resolved"]
+
+
+def _two_bugs(task: SweTask) -> SweTask:
+    """The calc task with mean broken too: two FAIL_TO_PASS tests."""
+    task.FAIL_TO_PASS = ["tests/test_calc.py::test_clamp_high", "tests/test_calc.py::test_mean"]
+    task.PASS_TO_PASS = [t for t in task.PASS_TO_PASS if not t.endswith("mean")]
+    task.workspace.setup_patch = make_patch("calc/__init__.py", CALC, BUGGY_TWO)
+    task.patch = make_patch("calc/__init__.py", BUGGY_TWO, CALC)
+    return task
+
+
+def test_fail_to_pass_ratio_counts_target_tests(calc_task: SweTask) -> None:
+    """Two targets, one fixed: 0.5 under fail_to_pass, 0 under binary."""
+    task = _two_bugs(calc_task)
+    for measure, expected in (("fail_to_pass", 0.5), ("binary", 0.0), ("all_tests", 0.8)):
+        progress, _ = _play(task, [FIX, "run_tests"], progress=measure)
+        assert progress == pytest.approx(expected), measure
+
+
+def _line(number: int, text: str) -> str:
+    return f"edit calc/__init__.py {number}-{number}\n<<<<<<< LINES\n{text}>>>>>>> LINES"
+
+
+def test_similarity_shaping_only_until_a_target_passes(calc_task: SweTask) -> None:
+    task = _two_bugs(calc_task)
+    near = _line(9, "        return lo\n")  # clamp's line, still wrong
+    far = _line(1, '"""Calculator."""\n')  # the docstring: far from what the gold changes
+    fix = _line(9, "        return hi\n")  # fixes clamp; mean still fails
+    _, steps = _play(task, ["run_tests", near, "run_tests", far, "run_tests", fix,
+                            "run_tests"], progress="fail_to_pass", similarity_weight=0.1)
+    nothing, close, close_and_far, one_fixed = (steps[i].info for i in (0, 2, 4, 6))
+    assert nothing.progress == 0.0 and nothing.extra["similarity"] == 0.0
+    assert close.progress == pytest.approx(0.1 * close.extra["similarity"])
+    assert 0.0 < close.progress < 0.1
+    assert 0.0 < close_and_far.extra["similarity"] < close.extra["similarity"]
+    assert one_fixed.extra["similarity"] > 0 and one_fixed.progress == 0.5  # not shaped
+    # shaping off: no similarity is computed or reported
+    _, steps = _play(task, [near, "run_tests"], progress="fail_to_pass")
+    assert steps[-1].info.progress == 0.0 and "similarity" not in steps[-1].info.extra
+
+
+def test_bad_options_fail_at_once() -> None:
+    for bad in ({"observation": "files"}, {"progress": "ratio"},
+                {"similarity_weight": 2.0}):
+        with pytest.raises(ValueError):
+            SweEnvConfig(**bad)
+
+
+# --- edits ----------------------------------------------------------------------------------
+
+
+def test_edit_that_breaks_the_syntax_is_refused(calc_task: SweTask) -> None:
+    env = SweEnv("swe/test", "train", [calc_task])
+    try:
+        env.reset(0)
+        before = env._episode.ws.read_text("calc/__init__.py")  # noqa: SLF001
+        step = env.step("edit calc/__init__.py 8-8\n<<<<<<< LINES\n    if x > hi\n"
+                        ">>>>>>> LINES")
+        assert step.info.invalid_action and "would no longer parse" in step.observation
+        assert "line 8" in step.observation and "    8      if x > hi\n" in step.observation
+        assert env._episode.ws.read_text("calc/__init__.py") == before  # noqa: SLF001
+        # a line edit that parses is applied; so is an edit of a file that is not Python
+        step = env.step("edit calc/__init__.py 9-9\n<<<<<<< LINES\n        return hi\n"
+                        ">>>>>>> LINES")
+        assert not step.info.invalid_action and "    9          return hi" in step.observation
+        assert not env.step("edit notes.txt\n<<<<<<< SEARCH\n=======\n(\n>>>>>>> REPLACE"
+                            ).info.invalid_action
+    finally:
+        env.close()

@@ -15,7 +15,15 @@ from pathlib import Path
 
 import pytest
 from tests.swe.conftest import BUGGY, CALC, F2P, P2P, TESTS
-from tests.swe.test_attacks import BASE, FIX, _caught, _prepend, _step, needs_namespaces
+from tests.swe.test_attacks import (
+    BASE,
+    FIX,
+    _caught,
+    _create,
+    _prepend,
+    _step,
+    needs_namespaces,
+)
 
 from tripod.envs.base import Step
 from tripod.envs.swe.env import SweEnv, SweEnvConfig
@@ -320,10 +328,19 @@ def test_honest_fixes_still_win(any_task: SweTask, helper_task: SweTask) -> None
 
 
 def test_a_typo_is_a_failed_run_not_tampering(calc_task: SweTask) -> None:
+    """The edit tool refuses a change after which the file no longer parses; code run by
+    a feedback run can still leave one, and the scorer counts it as a failed run."""
     broken = FIX.replace("        return hi\n", "        return hi)\n")
     env = _env(calc_task)
     try:
         step = _step(env, broken)
+        assert step.info.invalid_action and "would no longer parse" in step.observation
+        _step(env, _create("tests/test_plant.py",
+                           "import pathlib\np = pathlib.Path('calc/__init__.py')\n"
+                           "p.write_text(p.read_text().replace('        return x\\n    return x',"
+                           " '        return hi)\\n    return x'))\n\n\ndef test_plant():\n"
+                           "    pass\n"))
+        _step(env, "run_tests tests/test_plant.py")
         step = _step(env, "run_tests")
         assert not step.terminated and step.info.progress == 0.0
         assert "does not parse" in step.observation

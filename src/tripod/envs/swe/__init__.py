@@ -23,22 +23,26 @@ from tripod.envs.swe.tools import TOOL_HELP, parse_tool_call
 TIERS = ("easy", "medium", "hard")
 
 
-def _config(max_tool_calls: int, max_observation_chars: int, end_on_violation: bool,
-            workspace_dir: str, limits: SandboxLimits | dict | None) -> SweEnvConfig:
-    return SweEnvConfig(max_tool_calls=max_tool_calls,
+def _config(observation: str, progress: str, similarity_weight: float, max_tool_calls: int,
+            max_observation_chars: int, end_on_violation: bool, workspace_dir: str,
+            limits: SandboxLimits | dict | None) -> SweEnvConfig:
+    return SweEnvConfig(observation=observation, progress=progress,
+                        similarity_weight=similarity_weight, max_tool_calls=max_tool_calls,
                         max_observation_chars=max_observation_chars,
                         end_on_violation=end_on_violation, workspace_dir=workspace_dir,
                         limits=SandboxLimits() if limits is None else limits)
 
 
 def make_generated(env_id: str, split: str = "train", *, seed: int = 0,
+                   observation: str = "traceback", progress: str = "all_tests",
+                   similarity_weight: float = 0.0,
                    max_tool_calls: int = 40, max_observation_chars: int = 6000,
                    end_on_violation: bool = True, workspace_dir: str = "",
                    limits: SandboxLimits | dict | None = None) -> SweEnv:
     """``swe/generated[-TIER]``: the cached default suite (generator seed `seed`),
     optionally one tier of it. The other options are the fields of `SweEnvConfig`."""
-    config = _config(max_tool_calls, max_observation_chars, end_on_violation, workspace_dir,
-                     limits)
+    config = _config(observation, progress, similarity_weight, max_tool_calls,
+                     max_observation_chars, end_on_violation, workspace_dir, limits)
     tasks = prepare_suite(seed)
     tier = env_id.removeprefix("swe/generated").lstrip("-")
     if tier:
@@ -46,14 +50,16 @@ def make_generated(env_id: str, split: str = "train", *, seed: int = 0,
     return SweEnv(env_id, split, tasks, config)
 
 
-def make_from_file(env_id: str, split: str = "train", *, max_tool_calls: int = 40,
+def make_from_file(env_id: str, split: str = "train", *, observation: str = "traceback",
+                   progress: str = "all_tests", similarity_weight: float = 0.0,
+                   max_tool_calls: int = 40,
                    max_observation_chars: int = 6000, end_on_violation: bool = True,
                    workspace_dir: str = "",
                    limits: SandboxLimits | dict | None = None) -> SweEnv:
     """``swe/file:PATH``: every task of a task file. Options: the fields of
     `SweEnvConfig`."""
-    config = _config(max_tool_calls, max_observation_chars, end_on_violation, workspace_dir,
-                     limits)
+    config = _config(observation, progress, similarity_weight, max_tool_calls,
+                     max_observation_chars, end_on_violation, workspace_dir, limits)
     return SweEnv(env_id, split, load_tasks(env_id.removeprefix("swe/file:")), config)
 
 

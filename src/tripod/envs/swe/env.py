@@ -1,24 +1,30 @@
 """`SweEnv`: a SWE task as a text episode of tool calls, scored by the task's tests.
 
 Mapping to the Env protocol:
-- objective: the problem statement plus the tool reference card; first observation: the
-  repository's file list.
+- objective: the problem statement plus the tool reference card; first observation
+  (`observe.py`): the failing tests' short tracebacks and the function under test with line
+  numbers, or the repository's file list (`SweEnvConfig.observation`).
 - action: the model's reply holding one tool call (`tools.parse_tool_call`; prose around it
   is ignored); observation: the tool's output, capped at `max_observation_chars`.
-- progress: the share of the instance's tests (FAIL_TO_PASS + PASS_TO_PASS) passing, as
-  measured by the trusted scorer (`verify.py`: a fresh copy of the base with only the
-  agent's source changes). It starts at the base's share (by definition every FAIL_TO_PASS
-  test fails there and every PASS_TO_PASS test passes), is measured again by every
-  ``run_tests`` without arguments and at the end; the last step's progress is the final
-  verified score. Rewards are the reward pillar's business (`rewards/per_turn.py` reads
-  `won`, `lost`, `progress`); `Step.reward` is the change of progress, for information.
+- progress: a measure of the instance's tests (`SweEnvConfig.progress`: the share of all of
+  them passing, the share of FAIL_TO_PASS tests passing cancelled by any broken
+  PASS_TO_PASS test, or 1 only when all pass), as the trusted scorer finds them
+  (`verify.py`: a fresh copy of the base with only the agent's source changes), plus the
+  optional patch-similarity shaping. It starts at the base's value (by definition every
+  FAIL_TO_PASS test fails there and every PASS_TO_PASS test passes), is measured again by
+  every ``run_tests`` without arguments and at the end; the last step's progress is the
+  final verified score. Rewards are the reward pillar's business (`rewards/per_turn.py`
+  reads `won`, `lost`, `progress`); `Step.reward` is the change of progress, for
+  information.
 - won: every test passes at submit. lost: submitted with a test failing, or ended by the
   sandbox or by tampering (progress 0). `terminated` means won or lost.
 - truncated: the tool-call budget ran out; the files are scored (SWE-bench scores whatever
   patch an agent leaves) and progress set, but the episode is neither won nor lost.
 - info.extra: status ("running", "submitted", "budget_exhausted", "tampering", or the
   sandbox status that ended the episode: "timeout", "output_limit", "cpu_limit", "killed",
-  "sandbox_violation", "sandbox_error"), the last scored results and the tool used.
+  "sandbox_violation", "sandbox_error"), the last scored results, `resolved` (the raw
+  outcome of the last scoring: every target test passes, whatever the progress measure
+  and shaping), `similarity` (when shaping is on) and the tool used.
 """
 
 from __future__ import annotations
@@ -26,10 +32,11 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from tripod.envs.base import EnvError, Step, StepInfo
 from tripod.envs.swe.expert import ExpertState, expert_action
+from tripod.envs.swe.observe import FirstView, first_view
 from tripod.envs.swe.patches import apply_patch_to_texts, patched_paths
 from tripod.envs.swe.safefs import UnsafePathError
 from tripod.envs.swe.sandbox import (
@@ -39,14 +46,14 @@ from tripod.envs.swe.sandbox import (
     SandboxLimits,
     detect_violations,
 )
-from tripod.envs.swe.scoring import parse_pytest_report
+from tripod.envs.swe.scoring import PROGRESS_MEASURES, TargetScore, parse_pytest_report
 from tripod.envs.swe.task import SweTask
 from tripod.envs.swe.tools import (
     TOOL_HELP,
     ToolCall,
     ToolCallError,
+    checked_edit,
     edit_summary,
-    edited_text,
     parse_tool_call,
     tool_list,
     tool_search,
@@ -55,12 +62,35 @@ from tripod.envs.swe.tools import (
 from tripod.envs.swe.verify import VerifiedRun
 from tripod.envs.swe.workspace import Workspace, make_workspace
 
+OBSERVATIONS = ("traceback", "issue")
+"""First observations of an episode (`SweEnvConfig.observation`)."""
+
 
 @dataclass
 class SweEnvConfig:
     """Options of SWE envs (pass as keyword overrides to `make`). Rewards are not set
-    here: a recipe's ``reward`` section shapes them from `won`, `lost` and `progress`."""
+    here: a recipe's ``reward`` section shapes them from `won`, `lost` and `progress`;
+    `progress` and `similarity_weight` choose what `progress` measures."""
 
+    observation: Literal["traceback", "issue"] = "traceback"
+    """First observation. `traceback`: the failing target tests' short tracebacks (from
+    the trusted scorer's run of the buggy tree with the hidden tests, trimmed to the frames
+    inside the repository and the error lines) and the function under test with line
+    numbers. `issue`: the repository's file list, so that the problem statement in the
+    objective is all the agent knows of the bug (the paper's setting)."""
+    progress: Literal["all_tests", "fail_to_pass", "binary"] = "all_tests"
+    """What `info.progress` measures (`reward.kind: final_score` pays its last value,
+    `dense` its gains). `all_tests`: the share of the instance's tests (FAIL_TO_PASS +
+    PASS_TO_PASS) passing, the paper's "ratio verified" reward (186/187 at the base of a
+    one-test toolz task). `fail_to_pass`: the share of the FAIL_TO_PASS tests passing, 0
+    if any PASS_TO_PASS test fails (0 at the base). `binary`: 1 only when every test
+    passes (resolved), else 0."""
+    similarity_weight: float = 0.0
+    """Patch-similarity shaping (SWE-RL): while no FAIL_TO_PASS test passes, progress adds
+    this weight times difflib's ratio between the agent's diff of the source files and the
+    gold patch (0 for no change; capped at 1 in all). 0 turns it off. Keep it small (e.g.
+    0.1): it pays for looking like the fix, which tests cannot check. `info.extra` keeps
+    the raw outcome (`resolved`) for group filtering."""
     max_tool_calls: int = 40
     """Tool-call budget per episode (40 was the best budget in the paper's SWE-Gym study)."""
     max_observation_chars: int = 6000
@@ -77,6 +107,15 @@ class SweEnvConfig:
             self.limits = SandboxLimits(**self.limits)
         if self.max_tool_calls < 1:
             raise ValueError(f"max_tool_calls must be >= 1, got {self.max_tool_calls}")
+        if self.observation not in OBSERVATIONS:
+            raise ValueError(f"observation must be one of {', '.join(OBSERVATIONS)}, got "
+                             f"{self.observation!r}")
+        if self.progress not in PROGRESS_MEASURES:
+            raise ValueError(f"progress must be one of {', '.join(PROGRESS_MEASURES)}, got "
+                             f"{self.progress!r}")
+        if not 0.0 <= self.similarity_weight <= 1.0:
+            raise ValueError(f"similarity_weight must be in [0, 1], got "
+                             f"{self.similarity_weight}")
 
 
 @dataclass
@@ -91,6 +130,10 @@ class _Episode:
     results: dict[str, str] = field(default_factory=dict)
     passed: set[str] = field(default_factory=set)
     """Target tests that pass in the last scored run (`VerifiedRun.passes`)."""
+    resolved: bool = False
+    """Every target test passes in the last scored run (the raw outcome)."""
+    similarity: float | None = None
+    """The last scored change's similarity to the gold patch (when shaping is on)."""
 
 
 @dataclass
@@ -146,12 +189,18 @@ class SweEnv:
         except (OSError, ValueError) as exc:
             raise EnvError(f"cannot build the workspace of {task.instance_id}: {exc}") from exc
         try:
-            self._episode = _start_episode(task, ws)
-            listing = tool_list(ws, ToolCall("list"))
+            self._episode = _start_episode(task, ws, self.config.progress)
+            view = first_view(task, ws, self.config.limits, self.config.observation)
         except (OSError, ValueError) as exc:  # a gold or test patch that does not apply
             ws.close()
+            self._episode = None
             raise EnvError(f"task {task.instance_id} is inconsistent: {exc}") from exc
-        return f"Repository files:\n{_cap(listing, self.config.max_observation_chars)}", \
+        except EnvError:
+            ws.close()
+            self._episode = None
+            raise
+        _show_to_expert(self._episode.expert, view)
+        return _cap(view.text, self.config.max_observation_chars), \
             self._info(_Outcome(""), tool="", progress_before=self._episode.progress)
 
     def step(self, action: str) -> Step:
@@ -226,7 +275,7 @@ class SweEnv:
             if call.old != "":
                 raise
             before = None  # creating the file over a link or FIFO replaces it
-        after = edited_text(before, call)
+        after = checked_edit(before, call)
         if call.path not in ep.expert.targets and call.path not in ep.task.test_files():
             ep.expert.targets[call.path] = before  # the expert reverts stray edits
         try:
@@ -234,6 +283,8 @@ class SweEnv:
         except (OSError, ValueError) as exc:
             raise ToolCallError(f"cannot write {call.path}: {exc}", "edit") from exc
         ep.expert.tests_current = False
+        if (before or "").count("\n") != after.count("\n"):  # its line numbers moved
+            ep.expert.shown.pop(call.path, None)
         return edit_summary(call.path, before, after)
 
     def _run_tests(self, ep: _Episode, call: ToolCall) -> _Outcome:
@@ -290,9 +341,19 @@ class SweEnv:
 
     def _record(self, ep: _Episode, verified: VerifiedRun) -> None:
         ep.results = dict(verified.results)
-        targets = ep.task.FAIL_TO_PASS + ep.task.PASS_TO_PASS
-        ep.passed = {t for t in targets if verified.passes(t)}
-        ep.progress = verified.share(targets)
+        task = ep.task
+        ep.passed = {t for t in task.FAIL_TO_PASS + task.PASS_TO_PASS if verified.passes(t)}
+        score = TargetScore(sum(t in ep.passed for t in task.FAIL_TO_PASS),
+                            len(task.FAIL_TO_PASS),
+                            sum(t not in ep.passed for t in task.PASS_TO_PASS),
+                            len(task.PASS_TO_PASS))
+        ep.resolved = score.binary == 1.0
+        ep.progress = score.progress(self.config.progress)
+        if self.config.similarity_weight > 0:
+            ep.similarity = verified.similarity()
+            if score.f2p_passed == 0:  # shaping only until a target test passes
+                ep.progress = min(1.0, ep.progress +
+                                  self.config.similarity_weight * ep.similarity)
 
     def _finish(self, ep: _Episode, observation: str, status: str,
                 invalid: bool = False) -> _Outcome:
@@ -310,11 +371,13 @@ class SweEnv:
         task = ep.task
         f2p = sum(t in ep.passed for t in task.FAIL_TO_PASS)
         p2p = sum(t not in ep.passed for t in task.PASS_TO_PASS)
-        won = status == "submitted" and ep.progress == 1.0
+        won = status == "submitted" and ep.resolved
         text = (f"{observation}\n" if observation else "") + (
             f"{'Submitted' if status == 'submitted' else 'Tool-call budget exhausted'}. "
             f"Target tests fixed: {f2p}/{len(task.FAIL_TO_PASS)}; other tests broken: "
-            f"{p2p}/{len(task.PASS_TO_PASS)}. Score: {ep.progress:.3f} of the tests pass.")
+            f"{p2p}/{len(task.PASS_TO_PASS)}. Score: {ep.progress:.3f} "
+            f"({_MEASURE_TEXT[self.config.progress]}"
+            f"{', with similarity shaping' if self.config.similarity_weight else ''}).")
         if status == "submitted":
             return _Outcome(text, terminated=True, won=won, lost=not won, invalid=invalid)
         return _Outcome(text, truncated=True, invalid=invalid)
@@ -326,7 +389,10 @@ class SweEnv:
         assert ep is not None
         extra: dict[str, Any] = {"status": ep.status, "tool": tool,
                                  "tool_calls": ep.tool_calls, "test_results": dict(ep.results),
-                                 "progress_before": progress_before}
+                                 "progress_before": progress_before,
+                                 "resolved": ep.resolved}
+        if ep.similarity is not None:
+            extra["similarity"] = ep.similarity
         return StepInfo(objective=objective_text(ep.task, self.config, ep.ws.label),
                         won=outcome.won, lost=outcome.lost, score=ep.progress, max_score=1.0,
                         progress=ep.progress, expert_action=self._expert(ep),
@@ -346,6 +412,9 @@ class SweEnv:
 
 _ABORT_TEXT = {"tampering": "the scored run shows tampering with the test runner or its "
                             "results"}
+_MEASURE_TEXT = {"all_tests": "the share of the tests passing",
+                 "fail_to_pass": "the share of the target tests fixed, 0 if another test broke",
+                 "binary": "1 only when every test passes"}
 
 
 def _split_pool(tasks: list[SweTask], split: str) -> list[SweTask]:
@@ -354,19 +423,25 @@ def _split_pool(tasks: list[SweTask], split: str) -> list[SweTask]:
     return [t for t in tasks if not t.split or t.split == wanted]
 
 
-def base_progress(task: SweTask) -> float:
-    """Share of the instance's tests passing at its base: by the definition of the lists,
-    every PASS_TO_PASS test passes there and every FAIL_TO_PASS test fails."""
-    total = len(task.FAIL_TO_PASS) + len(task.PASS_TO_PASS)
-    return len(task.PASS_TO_PASS) / total if total else 0.0
+def base_progress(task: SweTask, measure: str = "all_tests") -> float:
+    """Progress at the task's base: by the definition of the lists, every PASS_TO_PASS
+    test passes there and every FAIL_TO_PASS test fails (and nothing is changed, so no
+    similarity either)."""
+    return TargetScore(0, len(task.FAIL_TO_PASS), 0, len(task.PASS_TO_PASS)).progress(measure)
 
 
-def _start_episode(task: SweTask, ws: Workspace) -> _Episode:
+def _start_episode(task: SweTask, ws: Workspace, measure: str) -> _Episode:
     """Record the expert's targets (the gold files) of a fresh workspace."""
     current = {p: ws.read_text(p) for p in patched_paths(task.patch)} if task.patch else {}
     targets = apply_patch_to_texts(current, task.patch) if task.patch else {}
     return _Episode(task=task, ws=ws, expert=ExpertState(targets=dict(targets)),
-                    progress=base_progress(task))
+                    progress=base_progress(task, measure))
+
+
+def _show_to_expert(state: ExpertState, view: FirstView) -> None:
+    """The lines the first observation showed: the expert edits them without a view."""
+    for shown in view.shown:
+        state.shown.setdefault(shown.path, []).extend(shown.ranges)
 
 
 def _format_run(result: RunResult | None, results: dict[str, str], target: str) -> str:
