@@ -116,6 +116,9 @@ def test_lines_block_may_hold_a_separator_line() -> None:
     (SOURCE, ToolCall("edit", path="m.py", start=2, end=2, new="    if x >= 1:\n"), False),
     (SOURCE, ToolCall("edit", path="notes.txt", start=2, end=2, new="(\n"), False),
     ("def (:\n", ToolCall("edit", path="m.py", start=1, end=1, new="def (x:\n"), False),
+    # parsed as the interpreter reads the file: its coding cookie counts
+    (SOURCE, ToolCall("edit", path="m.py", start=1, end=0, new="# coding: nonsense\n"), True),
+    (SOURCE, ToolCall("edit", path="m.py", start=1, end=0, new="# coding: utf-7\n"), False),
 ])
 def test_edits_that_break_a_python_file_are_refused(current, call, refused) -> None:
     """Refused only where a .py file that parsed (or a new one) would no longer parse; a

@@ -457,9 +457,11 @@ def nearest_lines(text: str, wanted: str) -> str:
 
 
 def syntax_problem(text: str) -> tuple[int, str] | None:
-    """(line, message) if `text` is not valid Python, else None."""
+    """(line, message) if `text` is not valid Python, else None. The file's bytes are
+    parsed, so a coding cookie is read as the interpreter reads it (the gate judges what
+    such a file does)."""
     try:
-        ast.parse(text)
+        ast.parse(text.encode("utf-8", errors="surrogateescape"))
     except SyntaxError as exc:
         return exc.lineno or 1, exc.msg
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes, deep nesting
