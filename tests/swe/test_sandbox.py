@@ -230,3 +230,33 @@ def test_doctor_says_why_the_sandbox_does_not_work(monkeypatch: pytest.MonkeyPat
     out = capsys.readouterr().out
     assert code == 1 and "DOES NOT WORK" in out
     assert "packages (pytest) cannot be loaded" in out and "cannot run" in out, out
+
+
+def test_jail_outside_its_own_namespaces_refuses_and_leaves_the_host_name(tmp_path: Path) -> None:
+    """The jail names its host "sandbox" only inside a UTS namespace of its own: started
+    without `unshare` it refuses to set up (exit 125, status "setup_error") before any mount
+    or rename, so the machine keeps its name (torchrun's rendezvous looks the host up by it)."""
+    import json
+    import os
+    import socket
+
+    from tripod.envs.swe import sandbox as sandbox_mod
+
+    before = socket.gethostname()
+    status_r, status_w = os.pipe()
+    spec = {"argv": ["true"], "cwd": str(tmp_path), "env": {}, "workspace": str(tmp_path),
+            "cgroups": [], "status_fd": status_w, "confine": True, "drop_privileges": True,
+            "host_uts": os.stat("/proc/self/ns/uts").st_ino, "root": str(tmp_path / "root"),
+            "readonly": [], "limits": {"cpu_s": 5, "memory_bytes": 1 << 30,
+                                       "file_bytes": 1 << 20, "processes": 16}}
+    try:
+        done = subprocess.run([sys.executable, "-I", str(sandbox_mod._JAIL), json.dumps(spec)],
+                              pass_fds=(status_w,), capture_output=True, text=True, timeout=30)
+        os.close(status_w)
+        status = os.read(status_r, 100)
+    finally:
+        os.close(status_r)
+    assert (done.returncode, status) == (125, b"setup_error"), done.stderr
+    assert "UTS namespace of its own" in done.stderr
+    assert socket.gethostname() == before
+    assert not (tmp_path / "root").exists()

@@ -295,8 +295,13 @@ def _setup(spec: dict) -> None:
     with open("/proc/sys/kernel/cap_last_cap") as fh:
         last_cap = int(fh.read())
     if spec.get("confine"):
+        # The name is set only in a UTS namespace of its own: run any other way (by hand,
+        # or by a launcher that lost --uts) it would rename the host, and tools that look
+        # the host up by name (torchrun's rendezvous) would then fail.
+        if os.stat("/proc/self/ns/uts").st_ino == spec.get("host_uts"):
+            raise OSError("not in a UTS namespace of its own; the host name is left as is")
         confine(spec["workspace"], spec["root"], spec["readonly"])
-        name = b"sandbox"  # its own UTS namespace: the host's name is not shown
+        name = b"sandbox"  # the host's name is not shown
         if _libc.sethostname(name, len(name)) != 0:
             raise OSError(ctypes.get_errno(), "sethostname failed")
     set_limits(spec["limits"])
