@@ -286,31 +286,70 @@ shared libraries. Not /usr/local, /etc (beyond the loader cache), /home, /root, 
 
 
 def _prefix_of(executable: Path) -> Path | None:
-    """The installation folder of an interpreter (``PREFIX/bin/python``), unless it is a
-    system folder already covered by `_SYSTEM_PATHS` (or the whole /usr)."""
+    """The installation folder of an interpreter (``PREFIX/bin/python``, a virtualenv or
+    an installation with its ``lib/python*``), unless it is a system folder already covered
+    by `_SYSTEM_PATHS` (or the whole /usr). An interpreter elsewhere (a link in some
+    other folder) has none: binding its folder's parent could expose /tmp or /home."""
     prefix = executable.parent.parent
-    return None if str(prefix) in ("/", "/usr") else prefix
+    if str(prefix) in ("/", "/usr") or executable.parent.name != "bin":
+        return None
+    installed = (prefix / "pyvenv.cfg").exists() or any(prefix.glob("lib/python*"))
+    return prefix if installed else None
 
 
 def readonly_paths(command: str) -> list[str]:
     """Host paths bound read-only into the sandbox: system libraries, the trainer's
-    interpreter (its venv and base installation) and the command's interpreter."""
+    interpreter (its venv and base installation) and the command's interpreter.
+
+    An interpreter folder reached through symlinks (a virtualenv folder that is a link, a
+    link to a link, a linked parent folder, an interpreter that links elsewhere) is bound
+    at its real location, and every link on the way is recreated as a link, so the path
+    as the trainer names it leads to the same files inside the sandbox."""
     paths = list(_SYSTEM_PATHS)
-    interpreters = [Path(sys.executable)]
+    interpreters = [sys.executable]
     if os.path.isabs(command):
-        interpreters.append(Path(command))
-    prefixes = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix,
-                                  sys.base_exec_prefix, *_site_packages())}
+        interpreters.append(command)
+    wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
+              *_site_packages(), *interpreters}
     for exe in interpreters:
-        for candidate in (exe, exe.resolve()):
+        for candidate in (Path(exe), Path(os.path.realpath(exe))):
             if (prefix := _prefix_of(candidate)) is not None:
-                prefixes.add(prefix)
-    # A path reached through a link (a virtualenv folder that is a symlink, or one under a
-    # linked folder) is bound as given, where a link is recreated as a link, and at its
-    # real location, so the link's target is there too.
-    prefixes |= {p.resolve() for p in prefixes}
-    paths += sorted(str(p) for p in prefixes if str(p) not in ("/", "/usr"))
-    return paths
+                wanted.add(str(prefix))
+    bound: set[str] = set()
+    for path in wanted:
+        bound.update(links_on(path))
+        bound.add(os.path.realpath(path))
+    bound -= {"/", "/usr"}
+    # A path inside a folder bound anyway (a link in the virtualenv's bin/, an interpreter
+    # under its prefix) is there already; binding it again would only stack mounts.
+    folders = [p for p in (*paths, *bound) if os.path.isdir(p) and not os.path.islink(p)]
+    return paths + sorted(p for p in bound
+                          if not any(p.startswith(folder + "/") for folder in folders))
+
+
+def links_on(path: str) -> list[str]:
+    """Every symbolic link met while resolving `path`, in order, each named by its real
+    parent folder (so that recreating them at those places, plus the real location,
+    makes `path` resolve inside the sandbox as it does on the host)."""
+    links: list[str] = []
+    current, pending = "/", list(Path(os.path.abspath(path)).parts[1:])
+    while pending and len(links) < 40:  # 40: the kernel's own limit on links followed
+        name = pending.pop(0)
+        if name in ("", "."):
+            continue
+        if name == "..":
+            current = os.path.dirname(current)
+            continue
+        step = os.path.join(current, name)
+        if not os.path.islink(step):
+            current = step
+            continue
+        links.append(step)
+        target = Path(os.readlink(step))
+        if target.is_absolute():
+            current = "/"
+        pending[:0] = [part for part in target.parts if part != "/"]
+    return links
 
 
 def _site_packages() -> list[str]:
