@@ -35,16 +35,22 @@ def cmd_envs(args: argparse.Namespace) -> int:
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
-    """Whether the SWE sandbox works on this machine (exit status 1 with the reasons if not)."""
+    """Whether the SWE sandbox works on this machine (exit status 1 with the reasons if not):
+    the sandbox probe, then a one-test suite run the way a pristine suite is, then the
+    cached default suite, if any."""
+    from tripod.envs.swe.generator import cached_suite_state, pristine_run_problem
     from tripod.envs.swe.sandbox import sandbox_report
 
     report = sandbox_report()
     problems = report.problems()
+    if not problems and (why := pristine_run_problem()):
+        problems.append(why)
     caps = ", ".join(report.run_caps) or "none"
     print(f"swe sandbox: {'works' if not problems else 'DOES NOT WORK'} (namespaces "
           f"{report.namespaces}, process limit {report.process_limit}, run caps {caps})")
     for why in problems:
-        print(f"  - {why}")
+        print("  - " + why.replace("\n", "\n    "))
+    print(f"swe suite cache: {cached_suite_state()}")
     return 1 if problems else 0
 
 

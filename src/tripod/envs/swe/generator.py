@@ -27,11 +27,14 @@ import logging
 import os
 import random
 import re
+import tempfile
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from tripod.core.paths import cache_dir
+from tripod.envs.base import EnvError
 from tripod.envs.swe.mutations import Mutation, apply_mutations, find_mutations
 from tripod.envs.swe.patches import make_patch
 from tripod.envs.swe.sandbox import (
@@ -51,8 +54,9 @@ GENERATOR_VERSION = 1
 log = logging.getLogger(__name__)
 
 
-class GenerationError(RuntimeError):
-    """A project's tasks cannot be generated (its pristine suite does not run)."""
+class GenerationError(EnvError):
+    """A project's tasks cannot be generated (its pristine suite does not run), or a suite
+    came out empty."""
 
 
 @dataclass(frozen=True)
@@ -137,33 +141,38 @@ class _SuiteRun:
 
 
 def _evaluate(spec: ProjectSpec, mutations: list[Mutation], reference: dict[str, str],
-              config: GeneratorConfig) -> _Candidate | None:
+              config: GeneratorConfig) -> _Candidate | str:
     """Keep the mutant iff it breaks a few reference tests, leaves the rest passing, and
     its gold patch makes every reference test pass again (checked only for survivors of
-    the first run, which most mutants are not)."""
+    the first run, which most mutants are not). A rejected mutant gives the reason."""
     setup, gold = bug_patch(spec, mutations)
     suite = _SuiteRun(spec, setup, config.limits)
     try:
-        before_out = suite.run()
-        if before_out is None or detect_violations(before_out):
-            return None
+        before_run = suite.run_result()
+        if before_run.status in ABNORMAL_STATUSES:
+            return f"run stopped ({before_run.status})"
+        before_out = before_run.output
+        if detect_violations(before_out):
+            return "sandbox violation"
         before = parse_pytest_report(before_out)
         passing = [t for t, s in reference.items() if s in PASSING]
-        if len(before) < len(reference):  # some tests were no longer collected
-            return None
+        if len(before) < len(reference):
+            return "tests no longer collected"
         f2p = [t for t in passing if before.get(t) not in PASSING]
         p2p = [t for t in passing if before.get(t) in PASSING]
-        if not 1 <= len(f2p) <= config.max_failing:
-            return None
+        if not f2p:
+            return "no test fails"
+        if len(f2p) > config.max_failing:
+            return f"more than {config.max_failing} tests fail"
         again = suite.run()  # flaky outcomes (timing, threads) would make noisy rewards
         if again is None or parse_pytest_report(again) != before:
-            return None
+            return "flaky"
         apply_patch(suite.ws, gold)
         after_out = suite.run()
     finally:
         suite.ws.close()
     if after_out is None or score_results(parse_pytest_report(after_out), f2p, p2p).binary != 1:
-        return None
+        return "the fix does not pass every test"
     return _Candidate(mutations, f2p, p2p, before_out)
 
 
@@ -296,21 +305,26 @@ def _groups(pool: list[_Candidate], size: int, count: int) -> list[list[Mutation
 
 
 def _accept_singles(spec: ProjectSpec, mutations: list[Mutation], reference: dict[str, str],
-                    config: GeneratorConfig, wanted: int,
-                    pool: ThreadPoolExecutor) -> list[_Candidate]:
-    """Evaluate mutants in seeded order, a batch at a time, until `wanted` are kept."""
+                    config: GeneratorConfig, wanted: int, pool: ThreadPoolExecutor,
+                    rejected: Counter[str]) -> list[_Candidate]:
+    """Evaluate mutants in seeded order, a batch at a time, until `wanted` are kept;
+    count the others in `rejected` by reason."""
     accepted: list[_Candidate] = []
     for start in range(0, len(mutations), config.workers * 2):
         batch = mutations[start:start + config.workers * 2]
-        results = pool.map(lambda m: _evaluate(spec, [m], reference, config), batch)
-        accepted.extend(c for c in results if c is not None)
+        for result in pool.map(lambda m: _evaluate(spec, [m], reference, config), batch):
+            if isinstance(result, str):
+                rejected[result] += 1
+            else:
+                accepted.append(result)
         if len(accepted) >= wanted:
             break
     return accepted
 
 
 def generate_project(spec: ProjectSpec, config: GeneratorConfig) -> list[SweTask]:
-    """The tasks of one project (see the module docstring for the procedure)."""
+    """The tasks of one project (see the module docstring for the procedure). Fewer
+    tasks than asked is logged as a warning with the reasons mutants were rejected."""
     rng = random.Random(f"{config.seed}:{spec.name}")
     reference = pristine_reference(spec, config.limits)
     root = sdist_tree(spec.name, spec.version)
@@ -320,8 +334,10 @@ def generate_project(spec: ProjectSpec, config: GeneratorConfig) -> list[SweTask
     in_groups = 2 * config.pairs + 3 * config.triples
     # Spares for spare groups: bugs that interact (break too much together) are dropped.
     wanted = config.singles + in_groups + in_groups // 2
+    rejected: Counter[str] = Counter()
     with ThreadPoolExecutor(max_workers=config.workers) as pool:
-        accepted = _accept_singles(spec, mutations, reference, config, wanted, pool)
+        accepted = _accept_singles(spec, mutations, reference, config, wanted, pool,
+                                   rejected)
         left = accepted[config.singles:]
         plan = [(2, g) for g in _groups(left, 2, config.pairs)]
         plan += [(3, g) for g in _groups(left, 3, config.triples)]
@@ -330,10 +346,13 @@ def generate_project(spec: ProjectSpec, config: GeneratorConfig) -> list[SweTask
         combined = list(pool.map(lambda g: _evaluate(spec, g[1], reference, config), plan))
     multi = []
     for size, count in ((2, config.pairs), (3, config.triples)):
-        ok = [c for (n, _), c in zip(plan, combined) if n == size and c is not None]
+        ok = [c for (n, _), c in zip(plan, combined) if n == size and not isinstance(c, str)]
         multi.extend(ok[:count])
+    groups_rejected = Counter(c for c in combined if isinstance(c, str))
     cands = accepted[:config.singles] + multi
-    _report_shortfall(spec, config, len(accepted[:config.singles]), multi, len(mutations))
+    tried = len(accepted) + sum(rejected.values())
+    _report_shortfall(spec, config, len(accepted[:config.singles]), multi,
+                      (len(mutations), tried, rejected), (len(plan), groups_rejected))
     return [make_task(spec, c, rng) for c in cands]
 
 
@@ -344,27 +363,72 @@ def pristine_reference(spec: ProjectSpec, limits: SandboxLimits) -> dict[str, st
     run = run_suite(spec, "", limits)
     reference = parse_pytest_report(run.output)
     if run.status in ABNORMAL_STATUSES or not any(s in PASSING for s in reference.values()):
-        tail = "\n".join(run.output.strip().splitlines()[-15:])
         raise GenerationError(
             f"the pristine test suite of {spec.name} {spec.version} does not run in the "
-            f"sandbox (status {run.status}, exit code {run.exit_code}, "
-            f"{len(reference)} test outcomes); its output ends with:\n{tail}")
+            f"sandbox (`tripod doctor` checks the sandbox): {_describe(run, reference)}")
     return reference
 
 
+def _describe(run: RunResult, outcomes: dict[str, str]) -> str:
+    """A failed run for a message: its status, exit code, outcomes and output's end."""
+    tail = "\n".join(run.output.strip().splitlines()[-15:])
+    return (f"status {run.status}, exit code {run.exit_code}, {len(outcomes)} test "
+            f"outcomes; its output ends with:\n{tail}")
+
+
+_PROBE_FILES = {"probe/__init__.py": "def add(a, b):\n    return a + b\n",
+                "tests/test_probe.py": "from probe import add\n\n\n"
+                                       "def test_add():\n    assert add(2, 3) == 5\n"}
+
+
+def pristine_run_problem(limits: SandboxLimits | None = None) -> str:
+    """Why a project's pristine suite cannot run in the sandbox here ("" when it can).
+
+    A one-test project is run the way the generator runs a pristine suite (a local
+    workspace, the default pytest command, the trainer's interpreter), so this catches
+    what the sandbox probe alone may not: the test command, PYTHONPATH, pytest's start."""
+    with tempfile.TemporaryDirectory(prefix="tripod-pristine-") as tmp:
+        for rel, text in _PROBE_FILES.items():
+            (Path(tmp) / rel).parent.mkdir(parents=True, exist_ok=True)
+            (Path(tmp) / rel).write_text(text)
+        task = SweTask(instance_id="probe__pristine", repo="", base_commit="",
+                       problem_statement="", patch="", test_patch="", FAIL_TO_PASS=[],
+                       PASS_TO_PASS=[], workspace=WorkspaceSpec(kind="local", source=tmp))
+        ws = LocalWorkspace.create(task, scored=False)
+        try:
+            run = ws.run_tests(["tests"], limits or SandboxLimits(wall_s=60))
+        finally:
+            ws.close()
+    outcomes = parse_pytest_report(run.output)
+    if run.status not in ABNORMAL_STATUSES and outcomes == {
+            "tests/test_probe.py::test_add": "PASSED"}:
+        return ""
+    return f"a one-test suite does not pass in the sandbox: {_describe(run, outcomes)}"
+
+
 def _report_shortfall(spec: ProjectSpec, config: GeneratorConfig, singles: int,
-                      multi: list[_Candidate], tried: int) -> None:
-    """Say so when a project yields fewer tasks than asked, and why."""
+                      multi: list[_Candidate], mutants: tuple[int, int, Counter[str]],
+                      groups: tuple[int, Counter[str]]) -> None:
+    """Say so when a project yields fewer tasks than asked, and why. `mutants` is (found,
+    evaluated, rejected by reason); `groups` is (groups of bugs tried, rejected by
+    reason)."""
     pairs = sum(len(c.mutations) == 2 for c in multi)
     triples = len(multi) - pairs
     got, asked = (singles, pairs, triples), (config.singles, config.pairs, config.triples)
     if got == asked:
         return
-    log.warning("%s: %d of %d tasks (singles %d/%d, pairs %d/%d, triples %d/%d): only "
-                "%d of %d mutations kept a specific, stable bug whose fix passes every "
-                "reference test, or groups of them broke too much together", spec.name,
-                sum(got), sum(asked), singles, config.singles, pairs, config.pairs, triples,
-                config.triples, singles, tried)
+    (found, tried, rejected), (planned, groups_rejected) = mutants, groups
+    log.warning("%s: %d of %d tasks (singles %d/%d, pairs %d/%d, triples %d/%d); "
+                "mutations: %d found, %d tried, %d kept, rejected: %s; groups of bugs: "
+                "%d tried, rejected: %s", spec.name, sum(got), sum(asked), singles,
+                config.singles, pairs, config.pairs, triples, config.triples, found, tried,
+                tried - sum(rejected.values()), _reasons(rejected), planned,
+                _reasons(groups_rejected))
+
+
+def _reasons(counts: Counter[str]) -> str:
+    """"12 no test fails, 3 flaky" (most frequent first), or "none"."""
+    return ", ".join(f"{n} {why}" for why, n in counts.most_common()) or "none"
 
 
 def generate_suite(config: GeneratorConfig = GeneratorConfig(),
@@ -388,9 +452,12 @@ def prepare_suite(seed: int = 0, config: GeneratorConfig | None = None) -> list[
     lock = path.with_suffix(".lock")
     with lock.open("w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
-        cached = _cached_suite(path)
+        cached, problem = _read_cached(path)
         if cached:
             return cached
+        if problem:
+            log.warning("cached SWE suite %s %s; generating it again", path, problem)
+        log.info("generating the SWE suite (seed %d) into %s", seed, path)
         tasks = generate_suite(config)
         if not tasks:
             raise GenerationError(f"generation with seed {seed} made no tasks; nothing cached")
@@ -400,15 +467,23 @@ def prepare_suite(seed: int = 0, config: GeneratorConfig | None = None) -> list[
     return load_tasks(path)
 
 
-def _cached_suite(path: Path) -> list[SweTask]:
-    """The tasks cached at `path`; [] (with a message) if it is missing, empty or cannot
-    be read (`load_tasks` refuses a file with no tasks), so that the suite is generated
-    again."""
+def _read_cached(path: Path) -> tuple[list[SweTask], str]:
+    """(the tasks cached at `path`, "") or ([], why they cannot be used): "" too when
+    there is no file yet. `load_tasks` refuses a file with no tasks."""
     if not path.exists():
-        return []
+        return [], ""
     try:
-        tasks = load_tasks(path)
+        return load_tasks(path), ""
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        log.warning("cached SWE suite %s cannot be read (%s); generating it again", path, exc)
-        return []
-    return tasks
+        return [], f"cannot be read ({exc})"
+
+
+def cached_suite_state(seed: int = 0) -> str:
+    """One line on the cached default suite of `seed`, for `tripod doctor`."""
+    path = suite_path(seed)
+    tasks, problem = _read_cached(path)
+    if tasks:
+        return f"{path}: {len(tasks)} tasks"
+    if problem:
+        return f"{path} {problem}; it is generated again on next use"
+    return f"{path}: not generated yet (on first use of swe/generated)"
