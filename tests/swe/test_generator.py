@@ -8,21 +8,11 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import logging
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
-from tripod.envs.swe import generator, sandbox
 from tripod.envs.swe.env import SweEnv
-from tripod.envs.swe.generator import (
-    GenerationError,
-    GeneratorConfig,
-    generate_project,
-    prepare_suite,
-)
+from tripod.envs.swe.generator import GeneratorConfig, generate_project, prepare_suite
 from tripod.envs.swe.mutations import apply_mutations, find_mutations
 from tripod.envs.swe.sources import PROJECTS
 from tripod.envs.swe.task import SweTask
@@ -64,88 +54,6 @@ def test_dropped_branch_removes_the_guard() -> None:
 def test_docstrings_are_left_alone() -> None:
     assert all("1 < 2" in text for op in ("flip_compare", "off_by_one", "wrong_constant")
                for text in _mutants(op))
-
-
-needs_namespaces = pytest.mark.skipif(
-    not sandbox.namespaces_available(), reason="unshare cannot create namespaces here")
-ONE_TASK = GeneratorConfig(seed=0, singles=1, pairs=0, triples=0, workers=1)
-
-
-@needs_namespaces
-def test_pristine_suite_that_cannot_run_is_an_error_and_nothing_is_cached(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The interpreter is not mounted: the sandbox cannot start it (a virtualenv the
-    # sandbox does not find fails the same way).
-    monkeypatch.setattr(sandbox, "readonly_paths", lambda command: list(sandbox._SYSTEM_PATHS))
-    cached = tmp_path / "suite.jsonl"
-    monkeypatch.setattr(generator, "suite_path", lambda seed=0: cached)
-    with pytest.raises(GenerationError) as err:
-        prepare_suite(0, ONE_TASK)
-    message = str(err.value)
-    assert "does not run in the sandbox" in message and "exit code 127" in message
-    assert "cannot run" in message  # the tail of the run's own output
-    assert not cached.exists()
-
-
-@pytest.mark.parametrize("content", ["", "{not json\n"])
-def test_empty_or_unreadable_cached_suite_is_generated_again(
-        content: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-        caplog: pytest.LogCaptureFixture, calc_task: SweTask) -> None:
-    cached = tmp_path / "suite.jsonl"
-    cached.write_text(content)
-    monkeypatch.setattr(generator, "suite_path", lambda seed=0: cached)
-    monkeypatch.setattr(generator, "generate_suite", lambda config: [calc_task])
-    with caplog.at_level(logging.WARNING, logger="tripod.envs.swe.generator"):
-        tasks = prepare_suite(0)
-    assert [t.instance_id for t in tasks] == [calc_task.instance_id]
-    assert "generating it again" in caplog.text
-    assert [t.instance_id for t in prepare_suite(0)] == [calc_task.instance_id]  # cached
-
-
-def test_a_suite_with_no_tasks_is_never_cached(tmp_path: Path,
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
-    cached = tmp_path / "suite.jsonl"
-    monkeypatch.setattr(generator, "suite_path", lambda seed=0: cached)
-    monkeypatch.setattr(generator, "generate_suite", lambda config: [])
-    with pytest.raises(GenerationError, match="no tasks"):
-        prepare_suite(0)
-    assert not cached.exists()
-
-
-@pytest.mark.slow  # evaluates a project's mutants: about 25 s on two loaded cores
-@needs_namespaces
-def test_fewer_tasks_than_asked_says_so_and_why(monkeypatch: pytest.MonkeyPatch,
-                                                caplog: pytest.LogCaptureFixture) -> None:
-    real = generator.find_mutations
-    monkeypatch.setattr(generator, "find_mutations", lambda path, text: real(path, text)[:1])
-    config = GeneratorConfig(seed=0, singles=3, pairs=1, triples=0, workers=1)
-    with caplog.at_level(logging.WARNING, logger="tripod.envs.swe.generator"):
-        tasks = generate_project(PROJECTS["inflection"], config)
-    assert len(tasks) <= 1
-    assert f"{len(tasks)} of 4 tasks" in caplog.text and "mutations kept" in caplog.text
-
-
-_LINKED_GENERATION = """
-from tripod.envs.swe.generator import GeneratorConfig, generate_project
-from tripod.envs.swe.sources import PROJECTS
-config = GeneratorConfig(seed=0, singles=1, pairs=0, triples=0, workers=1)
-print(sorted(t.instance_id for t in generate_project(PROJECTS["inflection"], config)))
-"""
-
-
-@pytest.mark.slow
-@pytest.mark.heavy  # generates twice (2-3 min); tests/swe/test_sandbox.py checks the link fast
-@needs_namespaces
-def test_generation_through_a_linked_virtualenv_gives_the_same_tasks(tmp_path: Path) -> None:
-    link = tmp_path / "venv-link"
-    link.symlink_to(Path(sys.prefix).resolve(), target_is_directory=True)
-    ids = []
-    for python in (Path(sys.prefix).resolve() / "bin" / "python", link / "bin" / "python"):
-        done = subprocess.run([str(python), "-c", _LINKED_GENERATION], capture_output=True,
-                              text=True, timeout=600)
-        assert done.returncode == 0, done.stderr[-2000:]
-        ids.append(done.stdout.strip().splitlines()[-1])
-    assert ids[0] == ids[1] and ids[0] != "[]"
 
 
 @pytest.fixture(scope="module")
