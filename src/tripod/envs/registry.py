@@ -11,6 +11,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import re
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -64,6 +65,12 @@ class EnvFamily:
 _FAMILIES: list[EnvFamily] = []
 _IMPORT_ERRORS: dict[str, str] = {}
 _loaded = False
+_loading = False
+_LOADING = threading.RLock()
+"""Held while the family modules are imported: a thread that looks an id up meanwhile
+waits for them instead of finding the list still empty. Reentrant, so that a family
+module that looks the registry up while it is imported sees what is registered so far
+(`_loading`) instead of deadlocking."""
 
 
 def register(pattern: str, factory: Callable[..., Env], examples: tuple[str, ...],
@@ -77,15 +84,22 @@ def register(pattern: str, factory: Callable[..., Env], examples: tuple[str, ...
 
 
 def _load_families() -> None:
-    global _loaded
-    if _loaded:
+    global _loaded, _loading
+    if _loaded:  # set only once every family module has been imported
         return
-    _loaded = True
-    for name in FAMILY_MODULES:
+    with _LOADING:
+        if _loaded or _loading:
+            return
+        _loading = True
         try:
-            importlib.import_module(name)
-        except ImportError as exc:  # optional dependency missing or module not built yet
-            _IMPORT_ERRORS[name] = f"{type(exc).__name__}: {exc}"
+            for name in FAMILY_MODULES:
+                try:
+                    importlib.import_module(name)
+                except ImportError as exc:  # optional dependency missing or not built yet
+                    _IMPORT_ERRORS[name] = f"{type(exc).__name__}: {exc}"
+        finally:
+            _loading = False
+            _loaded = True
 
 
 def families() -> list[EnvFamily]:
