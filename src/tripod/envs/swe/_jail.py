@@ -8,9 +8,12 @@ up. In order it:
 1. joins the per-run cgroups (``pids.max``: a fork bomb stops there; a CPU quota of one
    core and a memory cap for the whole run, where those controllers are writable);
 2. builds a new root in a tmpfs holding only what the command needs, read-only (the
-   interpreter, the system libraries), plus the workspace (writable), a minimal ``/dev``
-   and this PID namespace's ``/proc``, and chroots into it: the trainer's files, caches,
-   home folders and other episodes' workspaces are not there to be read;
+   interpreter, the system libraries), plus the workspace (writable, except the files it
+   is asked to protect, by suffix: read-only, in folders that cannot be renamed or
+   removed), a
+   minimal ``/dev`` and this PID namespace's ``/proc`` (the host's key names in
+   ``/proc/keys`` hidden), and chroots into it: the trainer's files, caches, home folders
+   and other episodes' workspaces are not there to be read;
 3. sets the resource limits (CPU seconds, address space, file size, process count, no cores);
 4. drops every capability and sets ``no_new_privs`` so the command cannot undo 1-3, and
    makes itself non-dumpable (its memory, environment and file descriptors cannot be read
@@ -122,9 +125,14 @@ def _fresh_dev(root: str) -> None:
     _mount(None, dev, None, MS_REMOUNT | MS_RDONLY | MS_NOSUID | MS_NOEXEC, "size=1m,mode=755")
 
 
+_HIDDEN_PROC = ("keys", "key-users")
+"""Files of /proc that are not namespaced: the kernel keyrings' names and owners (the
+host's included). An empty file is bound over each."""
+
+
 def _fresh_proc(root: str) -> None:
     """The /proc of this PID namespace (only the sandbox's own processes), with the
-    kernel's writable knobs made read-only."""
+    kernel's writable knobs made read-only and `_HIDDEN_PROC` emptied."""
     proc = root + "/proc"
     os.makedirs(proc, exist_ok=True)
     _mount("proc", proc, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
@@ -133,17 +141,65 @@ def _fresh_proc(root: str) -> None:
         if os.path.exists(point):
             _mount(point, point, None, MS_BIND | MS_REC)
             _remount_readonly(point)
+    for name in _HIDDEN_PROC:
+        if os.path.exists(f"{proc}/{name}"):
+            _mount(f"{root}/dev/null", f"{proc}/{name}", None, MS_BIND)
 
 
-def confine(workspace: str, root: str, readonly: list[str]) -> None:
+def protect(base: str, suffixes: list[str]) -> None:
+    """Make each file of `base` whose name ends with one of `suffixes` a read-only bind
+    mount, and each folder on the way to one a mount point of its own: a mount point
+    cannot be written through, renamed, removed or replaced, and no capability is left to
+    unmount it. So the files a scored run must not change (its tests, conftest files,
+    sources) stay as the trainer wrote them, whatever the run's code does; the
+    ``__pycache__`` folder beside them is read-only too (created empty where missing).
+    Hidden folders
+    (``.tripod``: HOME and TMPDIR) and links are left alone; nothing is followed out of
+    `base` (the tree is the trainer's own copy: nothing has run in it yet)."""
+    if not suffixes:
+        return
+    files: list[str] = []
+    folders: set[str] = set()
+    for here, dirs, names in os.walk(base):  # does not follow links to folders
+        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
+        for name in names:
+            path = os.path.join(here, name)
+            if name.endswith(tuple(suffixes)) and not os.path.islink(path) and \
+                    os.path.isfile(path):
+                files.append(path)
+                folder = here
+                while folder != base and folder not in folders:  # and those on the way
+                    folders.add(folder)
+                    folder = os.path.dirname(folder)
+    for folder in sorted(folders):  # parents before their subfolders
+        _mount(folder, folder, None, MS_BIND)
+        _mount(None, folder, None, MS_REMOUNT | MS_BIND | MS_NOSUID | MS_NODEV)
+    for folder in {os.path.dirname(path) for path in files}:
+        # Bytecode beside a source is loaded in its place (by imports and by pytest's
+        # assertion rewriter) when its header matches the source's size and time: a
+        # read-only __pycache__ is one where none can be planted.
+        cache = os.path.join(folder, "__pycache__")
+        if not os.path.lexists(cache):
+            os.mkdir(cache)
+        if os.path.isdir(cache) and not os.path.islink(cache):
+            files.append(cache)
+    for path in files:
+        _mount(path, path, None, MS_BIND)
+        _remount_readonly(path, MS_NOSUID | MS_NODEV)
+
+
+def confine(workspace: str, root: str, readonly: list[str],
+            protected: list[str] = ()) -> None:
     """Build a new root holding only `readonly` (interpreter, libraries) and the
-    workspace, then chroot into it: the rest of the host (home folders, caches, other
-    workspaces, the trainer's files) is not there to be read."""
+    workspace (its files ending with a `protected` suffix read-only), then chroot into
+    it: the rest of the host (home folders, caches, other workspaces, the trainer's files)
+    is not there to be read."""
     _mount(None, "/", None, MS_REC | MS_PRIVATE)
     _mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "size=4m,mode=755")
     for host in readonly:
         _bind(host, root)
     _bind(workspace, root, writable=True)
+    protect(root + workspace, list(protected))
     _fresh_dev(root)
     _fresh_proc(root)
     for empty in ("/tmp", "/etc"):
@@ -300,7 +356,7 @@ def _setup(spec: dict) -> None:
         # the host up by name (torchrun's rendezvous) would then fail.
         if os.stat("/proc/self/ns/uts").st_ino == spec.get("host_uts"):
             raise OSError("not in a UTS namespace of its own; the host name is left as is")
-        confine(spec["workspace"], spec["root"], spec["readonly"])
+        confine(spec["workspace"], spec["root"], spec["readonly"], spec.get("protect", []))
         name = b"sandbox"  # the host's name is not shown
         if _libc.sethostname(name, len(name)) != 0:
             raise OSError(ctypes.get_errno(), "sethostname failed")

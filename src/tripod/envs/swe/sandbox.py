@@ -264,7 +264,7 @@ def _make_cgroups(limits: SandboxLimits) -> list[Path]:
 
 def _jail_spec(argv: list[str], workspace: Path, cwd: Path, env: dict[str, str],
                limits: SandboxLimits, cgroups: list[Path], root: Path | None,
-               status_fd: int) -> str:
+               status_fd: int, readonly_suffixes: tuple[str, ...] = ()) -> str:
     mib = 1024 * 1024
     return json.dumps({
         "argv": argv, "cwd": str(cwd), "env": env, "workspace": str(workspace),
@@ -272,6 +272,7 @@ def _jail_spec(argv: list[str], workspace: Path, cwd: Path, env: dict[str, str],
         "confine": root is not None, "drop_privileges": root is not None,
         "host_uts": os.stat("/proc/self/ns/uts").st_ino,
         "root": str(root) if root else "", "readonly": readonly_paths(argv[0]),
+        "protect": list(readonly_suffixes),
         "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_mb * mib,
                    "file_bytes": limits.file_mb * mib, "processes": limits.processes},
     })
@@ -447,12 +448,15 @@ def run_capped(argv: list[str], cwd: Path, limits: SandboxLimits,
 def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
                   env: dict[str, str] | None = None,
                   limits: SandboxLimits = SandboxLimits(),
-                  pass_fds: tuple[int, ...] = (), drain: int | None = None) -> RunResult:
+                  pass_fds: tuple[int, ...] = (), drain: int | None = None,
+                  readonly_suffixes: tuple[str, ...] = ()) -> RunResult:
     """Run `argv` confined to `workspace`; never raises for anything the command does.
 
     `pass_fds` are handed to the command (and closed here); `drain` is the read end of a
     pipe whose other end the command holds: it is read concurrently with the output and
-    returned in `RunResult.channel` (the trusted test runner reports through it)."""
+    returned in `RunResult.channel` (the trusted test runner reports through it). Files of
+    the workspace whose names end with one of `readonly_suffixes` are read-only for the
+    command, in folders it cannot rename or remove (with namespaces only)."""
     try:
         workspace = workspace.resolve()
         isolated = namespaces_available()
@@ -465,7 +469,7 @@ def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
     status_r, status_w = os.pipe()
     try:
         spec = _jail_spec(argv, workspace, cwd or workspace, env or {}, limits, cgroups,
-                          root, status_w)
+                          root, status_w, readonly_suffixes)
         prefix = _unshare_prefix(os.geteuid() == 0) if isolated else []
         fds, status_w = (status_w, *pass_fds), -1  # run_capped closes them
         result = run_capped([*prefix, sys.executable, "-I", str(_JAIL), spec], workspace,
