@@ -12,11 +12,21 @@ what this runner does is make tampering visible (docs/swe.md, threat model):
 - results leave through a pipe the trainer drains (not stdout), as lines carrying a per-run
   nonce read from a second pipe before any untrusted import: printed or blindly written
   result lines do not count, and any line without the nonce marks the run as tampered;
+  each outcome is written the moment pytest reports it, and the trainer keeps a FAILED or
+  ERROR once seen, so changing the recorder's state afterwards changes nothing;
 - an audit hook (`sys.addaudithook`, which cannot be removed) refuses, and reports at once,
   the operations that reach the runner's objects (frames, ``gc`` walks, tracing, ``ctypes``,
   ``/proc`` and ``/dev/fd``, ``exec``/``compile``) when called from the files the agent changed;
 - the functions and classes of pytest, pluggy and ``builtins`` are fingerprinted before
   collection and checked again during and after the session; a change is reported;
+- what is judged by where it comes from is judged by its code's file
+  (``__code__.co_filename``), which code cannot set without ``code.replace`` (refused by
+  the audit hook), never by ``__module__`` or ``__name__``, which it can: hook
+  implementations, finders and path hooks, test functions;
+- after each test, its code object and its module's functions and classes must be the
+  ones collected, and the names the test file imports (``from m import f``) must still be
+  what ``m`` holds; ``PYTEST_CURRENT_TEST`` is never set (library code cannot tell a test
+  run from a real call by it);
 - a trailer with pytest's exit status ends the report; the process then exits with that
   status at once (``os._exit``), so nothing runs after the trailer.
 """
@@ -39,7 +49,8 @@ def _rules(root):
     frame_attrs = {"tb_frame", "gi_frame", "cr_frame", "ag_frame", "f_back"}
     always = {"gc.get_objects", "gc.get_referrers", "gc.get_referents", "sys._current_frames",
               "sys.settrace", "sys.setprofile", "sys.addaudithook", "ctypes.dlopen",
-              "ctypes.dlsym", "ctypes.addressof", "ctypes.cdata", "exec", "compile"}
+              "ctypes.dlsym", "ctypes.addressof", "ctypes.cdata", "exec", "compile",
+              "code.__new__"}
     abspath, write_flags = os.path.abspath, os.O_WRONLY | os.O_RDWR | os.O_CREAT
 
     def violation(event, args):
@@ -134,6 +145,11 @@ def _make_guard(report_fd, nonce, untrusted, write, root):
             via = _CODE_RUNNERS if event != "sys._getframe" else ("inspect.py",
                                                                   "traceback.py")
             hit = untrusted(immediate) or (untrusted(nearest) and immediate.endswith(via))
+        elif event in ("object.__setattr__", "object.__delattr__"):
+            # A thread started on a builtin or stdlib callable (threading.Timer(0, setattr,
+            # ...)) has no frame of the agent's on its stack: no code outside the standard
+            # library asked for it, and the standard library never swaps these.
+            hit = nearest is None or untrusted(nearest) or untrusted(immediate)
         else:
             hit = untrusted(nearest) or untrusted(immediate)
         if hit:
@@ -174,37 +190,108 @@ def _fingerprint():
     return seen
 
 
+class _Probe:
+    def method(self):
+        return self
+
+
+_FUNCTION, _BOUND = type(_stdlib_dirs), type(_Probe().method)
+
+
+def _code_files(obj, depth=4, top=True):
+    """The files of the Python code an object runs: a function's (and what its closure
+    holds), a bound method's function's, a class's methods' along its MRO, a container's
+    items'; for the object itself (`top`), also its class's and its attributes' of those
+    kinds (a finder's loader classes). Types are compared exactly, so nothing the object
+    defines (``__getattr__``, properties, ``__class__``) runs or misleads."""
+    kind = type(obj)
+    if kind is _FUNCTION:
+        yield obj.__code__.co_filename
+        for cell in (obj.__closure__ or ()) if depth else ():
+            try:
+                yield from _code_files(cell.cell_contents, depth - 1, False)
+            except ValueError:  # an empty cell
+                continue
+    elif kind is _BOUND or kind in (staticmethod, classmethod):
+        yield from _code_files(obj.__func__, depth, False)
+    elif kind is property:
+        for part in (obj.fget, obj.fset, obj.fdel):
+            yield from _code_files(part, depth, False)
+    elif type in kind.__mro__:  # a class (a metaclass's instance included)
+        for klass in type.__getattribute__(obj, "__mro__") if depth else ():
+            if klass is not object:
+                for member in list(type.__getattribute__(klass, "__dict__").values()):
+                    yield from _code_files(member, depth - 1, False)
+    elif kind in (list, tuple):
+        for item in obj if depth else ():
+            yield from _code_files(item, depth - 1, False)
+    elif top:
+        yield from _code_files(kind, depth, False)
+        try:
+            members = list(object.__getattribute__(obj, "__dict__").values())
+        except (AttributeError, TypeError):
+            members = []
+        for member in members:
+            yield from _code_files(member, depth - 1, False)
+
+
 def _import_hooks_changed(baseline, untrusted):
-    """Finders or path hooks added since start-up by the agent's code (a finder could
-    rewrite test modules as they load): their class or function comes from an untrusted
-    file. pytest's assertion rewriter and the project's own finders are allowed."""
+    """Finders or path hooks added since start-up whose code (or the code they hold:
+    loader classes, closures) comes from the agent's files: a finder could rewrite test
+    modules as they load. pytest's assertion rewriter and the project's own finders are
+    allowed; a class's `__module__` is not consulted (code can set it)."""
     allowed_meta, allowed_hooks = baseline
     for where, now, allowed in (("sys.meta_path", sys.meta_path, allowed_meta),
                                 ("sys.path_hooks", sys.path_hooks, allowed_hooks)):
         for hook in now:
-            if id(hook) in allowed:
-                continue
-            owner = hook if callable(hook) and not isinstance(hook, type) and \
-                hasattr(hook, "__code__") else type(hook)
-            module = sys.modules.get(getattr(owner, "__module__", "") or "")
-            if module is None or untrusted(getattr(module, "__file__", None) or "<?>"):
+            if id(hook) not in allowed and any(map(untrusted, _code_files(hook))):
                 return [where]
     return []
 
 
-def _foreign_hooks(pluginmanager, own):
+def _plugin_dirs():
+    """Folders of pytest's and pluggy's own code."""
+    import _pytest
+    import pluggy
+    import pytest
+
+    return tuple(os.path.dirname(m.__file__) + "/" for m in (_pytest, pluggy, pytest))
+
+
+def _foreign_hooks(pluginmanager, own, trusted):
     """Hook implementations that are neither pytest's, pluggy's, a conftest's nor this
-    runner's: a plugin registered by the code under test."""
+    runner's: a plugin registered by the code under test (judged by its code's file)."""
     out = []
     for name, caller in list(vars(pluginmanager.hook).items()):
         impls = getattr(caller, "get_hookimpls", None)
         for impl in impls() if impls else ():
-            module = getattr(impl.function, "__module__", None) or ""
-            if id(impl.function) in own or module.startswith(("_pytest.", "pluggy.")) or \
-                    module in ("pytest", "_pytest") or module.rsplit(".", 1)[-1] == "conftest":
+            if id(impl.function) in own or trusted(impl.function, name):
                 continue
             out.append(f"plugin:{name}")
     return out[:5]
+
+
+def _hook_owner(untrusted):
+    """Whether a hook implementation is trusted: code in pytest's or pluggy's folders, a
+    conftest file of the pristine tree, or an installed plugin's function of the hook's
+    own name (a pristine conftest may load one through ``pytest_plugins``). A builtin, a
+    ``partial`` or any callable without code of its own is not."""
+    plugin_dirs = _plugin_dirs()
+
+    def trusted(function, hook_name):
+        if type(function) is _BOUND:
+            function = function.__func__
+        if type(function) is not _FUNCTION:
+            return False
+        code = function.__code__
+        path = code.co_filename
+        if untrusted(path) or path.startswith("<"):
+            return False
+        if path.startswith(plugin_dirs) or os.path.basename(path) == "conftest.py":
+            return True
+        return code.co_name == hook_name
+
+    return trusted
 
 
 def _code_of(item):
@@ -220,47 +307,149 @@ class _Hooks:
     the plugin manager's listing leads to nothing that switches the checks off."""
 
 
+def _module_of(item):
+    """The Python module a test item comes from (None for other kinds of items)."""
+    try:
+        return getattr(item, "module", None)
+    except Exception:  # noqa: BLE001 - an item kind whose module cannot be had
+        return None
+
+
+def _module_bindings(module):
+    """ids of a test module's functions, classes and modules, by name."""
+    kinds = (_FUNCTION, type, type(sys), type(len))
+    return {name: id(value) for name, value in list(vars(module).items())
+            if isinstance(value, kinds)}
+
+
+def _imports_of(path, package):
+    """(name, module, attribute) for each ``from module import attribute as name`` at the
+    top level of a test file (its text is the pristine one: read-only in the sandbox),
+    leaving out names the file binds in any other way (a test module may wrap what it
+    imports). A thread can rebind a test module's name before any snapshot of the module
+    is taken; it cannot make the name's value what the import gave."""
+    import ast
+
+    with open(path, "rb") as fh:
+        tree = ast.parse(fh.read())
+    imported, other = [], set()
+    for node in tree.body:
+        if isinstance(node, ast.ImportFrom):
+            base = (package or "").split(".")
+            base = base[:len(base) - node.level + 1] if node.level else []
+            source = ".".join([p for p in base if p] + ([node.module] if node.module else []))
+            imported += [(a.asname or a.name, source, a.name) for a in node.names
+                         if a.name != "*"]
+        else:
+            other.update(n.id for n in ast.walk(node) if isinstance(n, ast.Name)
+                         and not isinstance(n.ctx, ast.Load))
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                other.add(node.name)
+            if isinstance(node, ast.Import):
+                other.update((a.asname or a.name).split(".")[0] for a in node.names)
+    names = [name for name, _, _ in imported]
+    return [i for i in imported if i[0] not in other and names.count(i[0]) == 1]
+
+
+def _imports_differ(module, imports):
+    """Names of a test module that are no longer what its imports bound."""
+    missing = object()
+    out = []
+    namespace = vars(module)
+    for name, source, attribute in imports:
+        origin = sys.modules.get(source)
+        if origin is None or name not in namespace:
+            continue
+        expected = getattr(origin, attribute, missing)
+        if expected is missing:
+            expected = sys.modules.get(f"{source}.{attribute}", missing)
+        if expected is not missing and namespace[name] is not expected:
+            out.append(name)
+    return out
+
+
 def _recorder(report, check_every, import_hooks, untrusted):
     """(the plugin, a function that checks everything once more and returns the
-    outcomes). Every check reports TAMPER with what changed; the trainer then scores 0."""
+    outcomes). Every check reports TAMPER with what changed; the trainer then scores 0.
+    Each outcome is reported as soon as pytest reports it."""
     fingerprint, outcomes, state = _fingerprint, {}, {"count": 0}
-    baseline, codes, own, reported = {}, {}, set(), []
+    baseline, codes, own, reported, sent, modules = {}, {}, set(), [], {}, {}
 
     def tamper(what):
         if what and not reported:
             reported.extend(what)
             report("TAMPER " + " ".join(map(str, what[:5])))
 
+    def record(nodeid, status):
+        outcomes[nodeid] = status
+        if sent.get(nodeid) != status:
+            sent[nodeid] = status
+            report(f"R {status} {nodeid}")
+
+    def item_changed(nodeid, with_module=True):
+        """A test's code replaced (or from the agent's files), or its module's functions
+        or classes rebound since collection."""
+        item, code = codes[nodeid]
+        now = _code_of(item)
+        if now is not code or (now is not None and untrusted(now.co_filename)):
+            return [nodeid]
+        module = _module_of(item) if with_module else None
+        if module is not None and id(module) in modules:
+            return module_changed(module)
+        return []
+
+    def module_changed(module):
+        _, bindings, imports = modules[id(module)]
+        if _module_bindings(module) != bindings or _imports_differ(module, imports):
+            return [f"globals:{getattr(module, '__name__', '?')}"]
+        return []
+
     def check(session=None):
-        if "fingerprint" in baseline:
-            now = fingerprint()
-            tamper([".".join(map(str, k)) for k, v in baseline["fingerprint"].items()
-                    if now.get(k) != v])
-        tamper(_import_hooks_changed(import_hooks, untrusted))
-        if "pm" in baseline:
-            tamper(_foreign_hooks(baseline["pm"], own))
-        tamper([nodeid for nodeid, (item, code) in codes.items() if _code_of(item) is not code])
+        try:
+            if "fingerprint" in baseline:
+                now = fingerprint()
+                tamper([".".join(map(str, k)) for k, v in baseline["fingerprint"].items()
+                        if now.get(k) != v])
+            tamper(_import_hooks_changed(import_hooks, untrusted))
+            if "pm" in baseline:
+                tamper(_foreign_hooks(baseline["pm"], own, baseline["trusted"]))
+            tamper([what for nodeid in codes for what in item_changed(nodeid, False)])
+            tamper([what for module, *_ in modules.values() for what in module_changed(module)])
+        except Exception as exc:  # noqa: BLE001 - a check that cannot finish is no pass
+            tamper([f"check:{type(exc).__name__}"])
 
     def pytest_sessionstart(session):
         baseline["fingerprint"] = fingerprint()
         baseline["pm"] = session.config.pluginmanager
+        baseline["trusted"] = _hook_owner(untrusted)
 
     def pytest_collectreport(report):
         if report.failed:
-            outcomes[report.nodeid] = "ERROR"
+            record(report.nodeid, "ERROR")
         check()
 
     def pytest_collection_finish(session):
         for item in session.items:
             codes[item.nodeid] = (item, _code_of(item))
+            module = _module_of(item)
+            path = str(getattr(item, "path", ""))
+            if module is not None and id(module) not in modules and path.endswith(".py") \
+                    and not untrusted(path):
+                imports = _imports_of(path, getattr(item.module, "__package__", None))
+                modules[id(module)] = (module, _module_bindings(module), imports)
         check()
 
     def pytest_runtest_logreport(report):
-        status = _status(report, outcomes.get(report.nodeid))
-        if outcomes.get(report.nodeid) not in ("FAILED", "ERROR"):
-            outcomes[report.nodeid] = status
+        old = outcomes.get(report.nodeid)
+        if old not in ("FAILED", "ERROR"):
+            record(report.nodeid, _status(report, old))
         if report.when == "teardown":
             state["count"] += 1
+            if report.nodeid in codes:
+                try:
+                    tamper(item_changed(report.nodeid))
+                except Exception as exc:  # noqa: BLE001 - as in check()
+                    tamper([f"check:{type(exc).__name__}"])
             if state["count"] % check_every == 0:
                 check()
 
@@ -319,16 +508,18 @@ def main():
     def report(text):
         write(report_fd, f"{nonce} {text}\n".encode())
 
+    import _pytest.runner
     import pytest
 
+    # pytest would publish the running test's id in os.environ; library code could read
+    # it to behave one way under test and another in use.
+    _pytest.runner._update_current_test_var = lambda item, when: None
     hooks, finish = _recorder(report, spec.get("check_every", 25), import_hooks, untrusted)
     code = int(pytest.main(spec["args"], plugins=[hooks]))
     outcomes = finish()
     sys.stdout.flush()
     sys.stderr.flush()
-    lines = [f"{nonce} R {status} {nodeid}\n" for nodeid, status in outcomes.items()]
-    lines.append(f"{nonce} END {code} {len(outcomes)} {len(flagged)}\n")
-    payload = "".join(lines).encode()
+    payload = f"{nonce} END {code} {len(outcomes)} {len(flagged)}\n".encode()
     while payload:
         payload = payload[write(report_fd, payload):]
     exit_now(code)

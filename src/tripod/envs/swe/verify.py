@@ -12,10 +12,14 @@ stale bytecode) would run with the tests. Instead, for each scoring:
    anything runs: a change that uses what a bug fix does not need is tampering;
 4. pytest runs in the sandbox through the trusted runner (`_runner.py`): plugin autoload
    off, a fixed invocation, results through a nonce-tagged pipe, an audit hook and a
-   fingerprint of pytest's own functions;
-5. the report is checked (`parse_report`): only nonce lines, a trailer whose exit status and
-   count agree with the process and the records. Any evidence of tampering scores 0 with the
-   status ``tampering``.
+   fingerprint of pytest's own functions; every ``.py`` file of the copy is read-only
+   there, and so is an empty ``__pycache__`` beside it (`run_sandboxed`'s
+   ``readonly_suffixes``): no test, conftest or source file can be rewritten, and no
+   bytecode planted for a later import or for pytest's assertion rewriter to load;
+5. the report is checked (`parse_report`): only nonce lines, a FAILED or ERROR kept once
+   reported, a trailer whose exit status and count agree with the process and the records;
+   then every ``.py`` file of the copy must still be what the trainer wrote. Any evidence
+   of tampering scores 0 with the status ``tampering``.
 
 What this does not guarantee is written down in docs/swe.md (threat model).
 """
@@ -201,9 +205,10 @@ def parse_report(run: RunResult, nonce: str) -> VerifiedRun:
         kind, _, rest = rest.partition(" ")
         if kind in ("FLAG", "TAMPER"):
             return _tampered(f"the code under test reached the test runner ({rest})", run)
-        if kind == "R":
+        if kind == "R":  # sent as pytest reports; a failure, once reported, stays
             status, _, test_id = rest.partition(" ")
-            results[test_id] = status
+            if results.get(test_id) not in ("FAILED", "ERROR"):
+                results[test_id] = status
         elif kind == "VIOLATION":
             violations.add(rest.strip())
         elif kind == "END":
@@ -249,6 +254,10 @@ class Verifier:
         tests = find_helpers(texts, candidates, task.workspace.python_path, set(gold))
         self.sources = [r for r in candidates if r not in tests.modules]
         self.pristine = {r: texts[r] for r in self.sources}
+        self.digests = {r: hashlib.sha256(d).digest() for r, d in texts.items()
+                        if not any(p.startswith(".") for p in r.split("/"))}
+        """The Python files of the base (tests, conftest files, sources; not in hidden
+        folders), by digest: the files the sandbox keeps read-only during a scored run."""
         self.gate = Gate(self.pristine, gold, tests.names)
         self.gold_diff = source_diff(self.pristine, gold)
         """The gold patch as the agent's change is written (`source_diff`), for similarity."""
@@ -316,9 +325,30 @@ class Verifier:
                 safefs.write_bytes(copy, rel, data)
             for sub in ("home", "tmp"):
                 (copy / ".tripod" / sub).mkdir(parents=True, exist_ok=True)
-            return self._sandboxed(copy, sorted(changed), limits)
+            result = self._sandboxed(copy, sorted(changed), limits)
+            altered = self._altered(copy, changed) if result.status == "ok" else []
+            if altered:
+                return _tampered(f"the run changed {', '.join(altered[:3])} (files of the "
+                                 "scored copy are read-only during the run)", result.run)
+            return result
         finally:  # not shutil.rmtree: it recurses, and a run can leave a deep folder chain
             safefs.remove_tree(scratch)
+
+    def _altered(self, copy: Path, changed: dict[str, bytes | None]) -> list[str]:
+        """Python files of the copy that are not what was written before the run (the
+        sandbox makes them read-only; this also holds where it cannot)."""
+        expected = dict(self.digests)
+        expected.update({r: None if d is None else hashlib.sha256(d).digest()
+                         for r, d in changed.items()})
+        out = []
+        for rel, digest in sorted(expected.items()):
+            try:
+                data = safefs.read_bytes(copy, rel)
+            except (OSError, ValueError):
+                data = None
+            if (None if data is None else hashlib.sha256(data).digest()) != digest:
+                out.append(rel)
+        return out
 
     def _sandboxed(self, copy: Path, changed: list[str], limits: SandboxLimits) -> VerifiedRun:
         nonce = secrets.token_hex(16)
@@ -335,7 +365,8 @@ class Verifier:
         argv = [self.python, "-s", "-B", "-c", _RUNNER.read_text(), json.dumps(spec)]
         try:
             run = run_sandboxed(argv, copy, env=_runner_env(copy, self.task), limits=limits,
-                                pass_fds=(report_w, nonce_r), drain=report_r)
+                                pass_fds=(report_w, nonce_r), drain=report_r,
+                                readonly_suffixes=(".py",))
         finally:
             os.close(report_r)
         if run.status in ABNORMAL_STATUSES:
