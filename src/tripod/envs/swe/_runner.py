@@ -67,6 +67,11 @@ def _rules(root):
     def suspicious(event, args):
         if event in always:
             return True
+        if event == "object.__setattr__" and len(args) > 2 and args[1] == "__code__":
+            # The standard library swaps a function's code for a variant of itself
+            # (types.coroutine, on importing asyncio); code from another file is a swap.
+            old = getattr(args[0], "__code__", None)
+            return getattr(old, "co_filename", None) != getattr(args[2], "co_filename", "")
         if event in ("object.__setattr__", "object.__delattr__"):
             return len(args) > 1 and args[1] in ("__code__", "__class__", "__dict__")
         if event == "object.__getattr__":
@@ -113,12 +118,12 @@ def _make_guard(report_fd, nonce, untrusted, write, root):
     getframe = sys._getframe
 
     def culprit():
-        """(the immediate Python caller's file, the nearest caller outside the stdlib)."""
+        """(the immediate Python caller's file, the nearest caller outside the stdlib;
+        None when the whole stack is the standard library's). The whole stack is walked:
+        nested imports alone can stack dozens of stdlib and importlib frames."""
         frame = getframe(2)
         immediate = frame.f_code.co_filename if frame is not None else ""
-        for _ in range(40):
-            if frame is None:
-                break
+        while frame is not None:
             name = frame.f_code.co_filename
             if not name.startswith(stdlib) and not name.startswith("<frozen"):
                 return immediate, name
@@ -138,10 +143,10 @@ def _make_guard(report_fd, nonce, untrusted, write, root):
             immediate, nearest = culprit()
         finally:
             busy.clear()
-        if event in ("exec", "compile", "sys._getframe"):
+        if event in ("exec", "compile", "sys._getframe", "code.__new__"):
             # Direct calls, or calls through modules that run code or walk frames on the
             # caller's behalf: the standard library also calls these for library code
-            # (namedtuple, dataclasses, typing), which is not flagged.
+            # (namedtuple, dataclasses, typing, types.coroutine), which is not flagged.
             via = _CODE_RUNNERS if event != "sys._getframe" else ("inspect.py",
                                                                   "traceback.py")
             hit = untrusted(immediate) or (untrusted(nearest) and immediate.endswith(via))
