@@ -67,10 +67,10 @@ def make_run(out: Path, shape: Shape) -> Path:
     from tripod.core.config import dump_config, load_config
     from tripod.eval.evaluate import summarise
     from tripod.policy.rollout import RolloutEngine, make_jobs
+    from tripod.policy.settings import rollout_config, sampling_params
     from tripod.report.records import iteration_path, token_stats_from_batch, write_trajectories
     from tripod.train.batch import token_logprobs
-    from tripod.train.common import rollout_config, sampling_params
-    from tripod.train.learner import build_learner, score
+    from tripod.train.learner import build_learner, no_grad_passes
     from tripod.train.rl import advantage, make_batch, rollout_metrics
 
     cfg = load_config(overrides=[*shape.overrides(), f"run.out_dir={out}", "run.name=run100"])
@@ -84,7 +84,7 @@ def make_run(out: Path, shape: Shape) -> Path:
         jobs = make_jobs(ENV, "test", list(range(n * it, n * it + n)), shape.group, seed=it)
         trajs, stats = engine.collect(jobs, sampling_params(cfg.rollout.train))
         batch, _ = make_batch(trajs, cfg, learner.policy.pad_token_id)
-        batch = score(learner, batch)
+        batch = no_grad_passes(learner, batch)
         advantage(batch, cfg.algo)
         logp, _, _ = token_logprobs(learner.policy.model, batch.input_ids,
                                     batch.attention_mask, cfg.rollout.train.temperature,

@@ -5,7 +5,7 @@
         [section.key=value ...]
 
 The iteration is the training loop's own (`tripod.train.rl`: `collect`, `make_batch`,
-`score`, `advantage`, `update` on a `build_learner` learner), with the recipe's settings
+`no_grad_passes`, `advantage`, `update` on a `build_learner` learner), with the recipe's settings
 (the quickstart: 4 games x 4 episodes = 16 episodes, 12-turn cap, 16 tokens per action,
 RLOO, one epoch of 16-row minibatches in micro-batches of 4). `--model` replaces the
 recipe's model (e.g. `runs/quickstart/sft`, the quickstart's SFT checkpoint), `--lora`
@@ -71,10 +71,11 @@ from tripod.envs.pool import EnvPool
 from tripod.envs.registry import family_of
 from tripod.policy.packed import KWARG as PACKING
 from tripod.policy.rollout import make_jobs
+from tripod.policy.settings import rollout_config, sampling_params
 from tripod.train import batch as batch_module
 from tripod.train.batch import TrainBatch
-from tripod.train.common import rollout_config, sampling_params, seed_everything
-from tripod.train.learner import Learner, build_learner, score, update
+from tripod.train.common import seed_everything
+from tripod.train.learner import Learner, build_learner, no_grad_passes, update
 from tripod.train.rl import advantage, collect, iteration_games, make_batch
 
 PHASES = ("collect", "batch", "score", "advantage", "update")
@@ -225,7 +226,7 @@ def run_iteration(learner: Learner, engine: ArenaCountingEngine, counter: PassCo
     if batch is None:
         raise RuntimeError("no trainable episode in the iteration: nothing to time")
     counter.take()  # the rollout's own passes are counted above, from its records
-    batch = timer.run("score", score, learner, batch)
+    batch = timer.run("score", no_grad_passes, learner, batch)
     scored = _pass_figures(counter.take(), timer.seconds["score"])
     timer.run("advantage", advantage, batch, cfg.algo)
     stats = timer.run("update", update, learner, batch, it)

@@ -73,9 +73,10 @@ from tripod.envs.registry import register
 from tripod.policy.chat import PromptConfig, build_messages
 from tripod.policy.models import Policy, load_policy
 from tripod.policy.rollout import RolloutEngine
+from tripod.policy.settings import rollout_config
 from tripod.train import batch as batch_module
-from tripod.train.common import rollout_config, seed_everything
-from tripod.train.learner import build_learner, score, update
+from tripod.train.common import seed_everything
+from tripod.train.learner import build_learner, no_grad_passes, update
 from tripod.train.rl import advantage, collect, make_batch
 
 ENV_ID = "bench/single-turn"
@@ -230,7 +231,7 @@ def run_tripod(args: argparse.Namespace, cfg: TrainConfig) -> Side:
                 trajs, _ = collect(engine, cfg, it)
                 rollout_s = time.perf_counter() - start
                 batch, _ = make_batch(trajs, cfg, policy.pad_token_id)
-                batch = score(learner, batch)
+                batch = no_grad_passes(learner, batch)
                 advantage(batch, cfg.algo)
                 stats = update(learner, batch, it)
                 seconds = time.perf_counter() - start

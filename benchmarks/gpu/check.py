@@ -46,8 +46,8 @@ from rl_iteration import PassCounter  # noqa: E402
 from tripod.core.config import load_config
 from tripod.policy.models import Policy, _end_of_turn_ids, smollm2_dir
 from tripod.policy.rollout import RolloutEngine
+from tripod.policy.settings import rollout_config
 from tripod.train.batch import TrainBatch, on_device, token_logprobs
-from tripod.train.common import rollout_config
 from tripod.train.learner import build_learner, update
 from tripod.train.rl import advantage, collect, make_batch
 

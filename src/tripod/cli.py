@@ -156,7 +156,7 @@ def eval_settings(args: argparse.Namespace):
         eval_turn_cap,
         read_recipe,
     )
-    from tripod.train.common import rollout_config
+    from tripod.policy.settings import rollout_config
 
     recipe = read_recipe(args.checkpoint) if Path(args.checkpoint).is_dir() else None
     cfg = recipe or TrainConfig()

@@ -175,7 +175,7 @@ def test_the_recipe_sets_env_overlap_and_training_logs_it(tiny_policy_factory, o
     metrics count the overlapped steps only when it is on (a timing-dependent count: off by
     default, so the metrics of two equal runs stay equal)."""
     from tripod.core.config import load_config
-    from tripod.train.common import rollout_config
+    from tripod.policy.settings import rollout_config
     from tripod.train.rl import collect
 
     extra = [] if overlap is None else [f"rollout.env_overlap_s={overlap}"]

@@ -11,7 +11,7 @@ from tripod.core.config import load_config
 
 TINY = ["model.name=tiny", "env.id=toy/letters-2", "env.max_turns=2",
         "env.options={vocabulary: 4}", "rollout.games_per_iter=2", "rollout.group_size=2",
-        "rollout.batch_size=4", "rollout.train.temperature=1.0", "rollout.train.max_new_tokens=3",
+        "rollout.batch_size=4", "rollout.train.temperature=0.7", "rollout.train.max_new_tokens=3",
         "rollout.truncated_action=step", "reward.kind=dense", "algo.lr=1e-3",
         "algo.estimator=rloo", "train.tensorboard=false", "train.trajectory_groups=0"]
 """A recipe that trains the tiny random model on `toy/letters-2` in about a second an

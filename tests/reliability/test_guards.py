@@ -9,8 +9,14 @@ import pytest
 import torch
 
 from tripod.policy.rollout import RolloutEngine
-from tripod.train.common import rollout_config
-from tripod.train.learner import LIKELY_CAUSE, TrainingStopped, build_learner, score, update
+from tripod.policy.settings import rollout_config
+from tripod.train.learner import (
+    LIKELY_CAUSE,
+    TrainingStopped,
+    build_learner,
+    no_grad_passes,
+    update,
+)
 from tripod.train.rl import advantage, collect, make_batch, train_rl, warnings_for
 
 STEPS = ["algo.minibatch_size=1", "algo.micro_batch_size=1", "algo.epochs=2"]
@@ -26,7 +32,7 @@ def _learner_and_batch(tmp_path, policy, tiny_cfg, *extra):
     learner = build_learner(cfg, policy)
     trajs, _ = collect(RolloutEngine(learner.policy, rollout_config(cfg)), cfg, 0)
     batch, _ = make_batch(trajs, cfg, learner.policy.pad_token_id)
-    batch = score(learner, batch)
+    batch = no_grad_passes(learner, batch)
     advantage(batch, cfg.algo)
     return learner, batch
 

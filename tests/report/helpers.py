@@ -15,7 +15,7 @@ from pathlib import Path
 TINY_RUN = ["env.id=toy/letters-2", "env.max_turns=2", "env.options={vocabulary: 4}",
             "model.name=tiny", "sft.enabled=false", "train.iterations=2", "train.eval_every=0",
             "train.tensorboard=false", "rollout.games_per_iter=2", "rollout.group_size=2",
-            "rollout.truncated_action=step", "rollout.train.temperature=1.0",
+            "rollout.truncated_action=step", "rollout.train.temperature=0.7",
             "rollout.train.max_new_tokens=4", "rollout.eval.max_new_tokens=4", "eval.games=4",
             "algo.estimator=gae", "reward.invalid_penalty=-0.1", "train.trajectory_groups=-1"]
 

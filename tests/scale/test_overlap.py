@@ -9,7 +9,8 @@ import torch
 from tripod.core.config import load_config
 from tripod.policy import load_policy
 from tripod.policy.rollout import RolloutEngine
-from tripod.train.common import rollout_config, seed_everything
+from tripod.policy.settings import rollout_config
+from tripod.train.common import seed_everything
 from tripod.train.learner import build_learner
 from tripod.train.rl import collect, rl_iteration, train_rl
 

@@ -21,7 +21,8 @@ from tripod.policy.ray_workers import (
     trainable_state,
 )
 from tripod.policy.rollout import RolloutEngine
-from tripod.train.common import rollout_config, sampling_params, seed_everything
+from tripod.policy.settings import rollout_config, sampling_params
+from tripod.train.common import seed_everything
 from tripod.train.learner import build_learner
 from tripod.train.rl import collect, rl_iteration
 

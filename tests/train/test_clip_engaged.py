@@ -18,8 +18,8 @@ import torch
 
 from tripod.core.config import load_config
 from tripod.policy.rollout import RolloutEngine
+from tripod.policy.settings import rollout_config
 from tripod.train.batch import Row, TrainBatch, collate, token_logprobs
-from tripod.train.common import rollout_config
 from tripod.train.learner import build_learner, update
 from tripod.train.rl import collect, make_batch
 

@@ -43,7 +43,7 @@ from tripod.core.config import load_config
 from tripod.eval.evaluate import evaluate
 from tripod.policy.rollout import RolloutEngine, make_jobs, random_actor
 from tripod.policy.sampler import SamplingParams
-from tripod.train.common import rollout_config, sampling_params
+from tripod.policy.settings import rollout_config, sampling_params
 from tripod.train.rl import train_rl
 from tripod.train.sft import demo_rows, train_sft
 

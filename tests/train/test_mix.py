@@ -11,7 +11,7 @@ from tripod.core.config import ConfigError, load_config
 from tripod.core.types import EpisodeEnd
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
-from tripod.train.common import rollout_config
+from tripod.policy.settings import rollout_config
 from tripod.train.pipeline import run_plan
 from tripod.train.rl import rollout_metrics, training_jobs
 from tripod.train.sft import collect_demonstrations

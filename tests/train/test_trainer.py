@@ -13,14 +13,14 @@ from tripod.core.config import load_config
 from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
 from tripod.envs.toy import LettersEnv
 from tripod.policy.rollout import RolloutEngine
+from tripod.policy.settings import rollout_config
 from tripod.train.batch import TrainBatch, token_logprobs
-from tripod.train.common import rollout_config
 from tripod.train.learner import (
     MAX_CONSECUTIVE_SKIPS,
     TrainingStopped,
     build_learner,
+    no_grad_passes,
     reference_logprobs,
-    score,
     update,
 )
 from tripod.train.rl import (
@@ -57,7 +57,7 @@ def _batch(learner, engine=None) -> TrainBatch:
     engine = engine or RolloutEngine(learner.policy, rollout_config(learner.cfg))
     trajs, _ = collect(engine, learner.cfg, 0)
     batch, _ = make_batch(trajs, learner.cfg, learner.policy.pad_token_id)
-    batch = score(learner, batch)
+    batch = no_grad_passes(learner, batch)
     advantage(batch, learner.cfg.algo)
     return batch
 

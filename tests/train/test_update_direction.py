@@ -19,7 +19,7 @@ import torch
 from tripod.core.config import load_config
 from tripod.core.estimators import ESTIMATORS
 from tripod.train.batch import Row, TrainBatch, collate, token_logprobs
-from tripod.train.learner import build_learner, score, update
+from tripod.train.learner import build_learner, no_grad_passes, update
 from tripod.train.rl import advantage
 
 TEMPERATURE = 0.7
@@ -62,7 +62,7 @@ def test_one_step_raises_the_rewarded_episode_and_lowers_the_other(
     batch = collate(_rows(), learner.policy.pad_token_id)
     before = _logprobs(learner.policy.model, batch)
     batch.old_logprobs = before.clone()  # as if sampled by this policy
-    batch = score(learner, batch)
+    batch = no_grad_passes(learner, batch)
     advantage(batch, cfg.algo)
     mask = batch.loss_mask.bool()
     assert (batch.advantages[0][mask[0]] > 0).all(), "the rewarded episode scores above"

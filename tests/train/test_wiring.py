@@ -19,9 +19,9 @@ from tripod.algos.advantages import AdvantageInput, get_estimator
 from tripod.algos.losses import aggregate, kl_penalty, policy_loss
 from tripod.core.config import TrainConfig, load_config
 from tripod.policy.rollout import RolloutEngine
+from tripod.policy.settings import rollout_config
 from tripod.train.batch import TrainBatch, token_logprobs
-from tripod.train.common import rollout_config
-from tripod.train.learner import Learner, build_learner, score, update
+from tripod.train.learner import Learner, build_learner, no_grad_passes, update
 from tripod.train.rl import advantage, collect, make_batch
 
 TEMPERATURE = 0.7
@@ -64,7 +64,7 @@ def _scored_batch(learner: Learner) -> TrainBatch:
     trajs, _ = collect(engine, learner.cfg, 0)
     engine.close()
     batch, _ = make_batch(trajs, learner.cfg, learner.policy.pad_token_id)
-    batch = score(learner, batch)
+    batch = no_grad_passes(learner, batch)
     advantage(batch, learner.cfg.algo)
     return batch
 

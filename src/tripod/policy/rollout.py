@@ -74,7 +74,7 @@ independent and reproducible whatever the batch)."""
 
 @dataclass
 class RolloutConfig:
-    """How episodes are played. Built from a recipe by `train.common.rollout_config`; each
+    """How episodes are played. Built from a recipe by `policy.settings.rollout_config`; each
     field is documented on the recipe field it comes from (`core/config.py`)."""
 
     max_turns: int = 12                                   # env.max_turns

@@ -14,9 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from tripod.core.config import TrainConfig, dump_config, env_options, other_env_ids
-from tripod.policy.rollout import RolloutConfig
-from tripod.policy.sampler import SamplingParams
+from tripod.core.config import TrainConfig, dump_config
 
 
 def seed_everything(seed: int) -> None:
@@ -82,26 +80,6 @@ def release_memory() -> tuple[float, float]:
     if torch.cuda.is_available():
         torch.cuda.empty_cache()   # the caching allocator's blocks, on a GPU
     return before, resident_mb()
-
-
-def rollout_config(cfg: TrainConfig, max_turns: int | None = None,
-                   batch_size: int | None = None) -> RolloutConfig:
-    """The rollout engine's settings of a run (`batch_size`: default `rollout.batch_size`;
-    evaluations pass `cfg.eval_batch_size()`)."""
-    return RolloutConfig(max_turns=max_turns or cfg.env.max_turns,
-                         batch_size=batch_size or cfg.rollout.batch_size,
-                         env_timeout_s=cfg.rollout.env_timeout_s,
-                         env_overlap_s=cfg.rollout.env_overlap_s,
-                         truncated_action=cfg.rollout.truncated_action,
-                         restrict_actions=cfg.rollout.restrict_actions,
-                         prompt=cfg.prompt.model_copy(), env_options=dict(cfg.env.options),
-                         faults=cfg.env.faults,
-                         options_by_env={e: env_options(cfg, e) for e in other_env_ids(cfg)})
-
-
-def sampling_params(section) -> SamplingParams:
-    return SamplingParams(temperature=section.temperature, top_p=section.top_p,
-                          max_new_tokens=section.max_new_tokens)
 
 
 def prepare_run_dir(cfg: TrainConfig) -> Path:

@@ -1,6 +1,6 @@
 """The learner: the trainable state (policy, critic, reference, optimizers) and its update.
 
-`score` runs the no-gradient forward passes a batch needs before its advantages (reference
+`no_grad_passes` runs the no-gradient forward passes a batch needs before its advantages (reference
 logprobs, critic values, the KL penalty in the reward); `update` runs PPO-style epochs over
 minibatches, each minibatch one optimizer step accumulated over micro-batches.
 
@@ -227,8 +227,8 @@ def _sharded_learner(policy: Policy, cfg: TrainConfig, critic: Critic | None,
     return Learner(policy, cfg, critic, ref, parallel=parallel, rollout_policy=actor)
 
 
-# -- score: the no-gradient passes before the advantages ------------------------------------
-def score(learner: Learner, batch: TrainBatch) -> TrainBatch:
+# -- no_grad_passes: the no-gradient passes before the advantages ------------------------------------
+def no_grad_passes(learner: Learner, batch: TrainBatch) -> TrainBatch:
     """Reference logprobs (with a KL penalty), old critic values (with a critic) and the
     KL-penalised rewards (with `algo.kl_in=reward`), added to the batch."""
     algo = learner.cfg.algo

@@ -23,17 +23,11 @@ from tripod.envs.ray_pool import open_pool
 from tripod.envs.registry import check_options, family_of
 from tripod.eval.evaluate import EvalResult, evaluate
 from tripod.policy.models import Policy, load_policy
+from tripod.policy.settings import rollout_config, sampling_params
 from tripod.report.html import build_report
 from tripod.report.records import TRAJECTORY_DIR, eval_path, write_trajectories
 from tripod.train.clock import RunClock, paused
-from tripod.train.common import (
-    StagePeaks,
-    prepare_run_dir,
-    release_memory,
-    rollout_config,
-    sampling_params,
-    seed_everything,
-)
+from tripod.train.common import StagePeaks, prepare_run_dir, release_memory, seed_everything
 from tripod.train.distributed import init_parallel, shutdown_parallel
 from tripod.train.rl import train_rl, training_env_ids
 from tripod.train.sft import (

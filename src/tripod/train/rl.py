@@ -1,4 +1,5 @@
-"""The RL loop, top to bottom: collect -> score -> advantage -> update -> log -> eval -> save.
+"""The RL loop, top to bottom: collect -> no-grad passes -> advantage -> update -> log -> eval ->
+save.
 
 One loop serves every estimator: the estimator table says whether a critic is needed and how
 small a group may be, the config says where the KL goes; nothing branches on an algorithm's
@@ -27,6 +28,7 @@ from tripod.eval.evaluate import evaluate
 from tripod.policy.models import Policy, load_policy
 from tripod.policy.ray_workers import RolloutWorkers, start_rollout_workers
 from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
+from tripod.policy.settings import rollout_config, sampling_params
 from tripod.report.records import (
     iteration_path,
     sample_groups,
@@ -43,15 +45,9 @@ from tripod.train.checkpoint import (
     set_rng_state,
 )
 from tripod.train.clock import RunClock, paused
-from tripod.train.common import (
-    MetricLogger,
-    prepare_run_dir,
-    rollout_config,
-    sampling_params,
-    seed_everything,
-)
+from tripod.train.common import MetricLogger, prepare_run_dir, seed_everything
 from tripod.train.distributed import Parallel, init_parallel, shutdown_parallel
-from tripod.train.learner import Learner, TrainingStopped, build_learner, score, update
+from tripod.train.learner import Learner, TrainingStopped, build_learner, no_grad_passes, update
 
 console = Console(stderr=True)
 
@@ -194,7 +190,7 @@ def rollout_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict[str, floa
 def rl_iteration(learner: Learner, engine: RolloutEngine | RolloutWorkers, it: int,
                  collected: tuple[list[Trajectory], dict[str, float]] | None = None,
                  ) -> dict[str, float]:
-    """collect -> score -> advantage -> update, with the iteration's metrics. `collected`:
+    """collect -> no-grad passes -> advantage -> update, with the iteration's metrics. `collected`:
     the iteration's episodes, already played (overlapped rollouts)."""
     cfg, t0 = learner.cfg, time.perf_counter()
     trajs, metrics = collected or collect(engine, cfg, it, learner.parallel)  # collect
@@ -203,7 +199,7 @@ def rl_iteration(learner: Learner, engine: RolloutEngine | RolloutWorkers, it: i
     batch, dropped = make_batch(trajs, cfg, learner.policy.pad_token_id)
     metrics.update(dropped)
     if batch is not None:
-        batch = score(learner, batch)                                         # score
+        batch = no_grad_passes(learner, batch)
         metrics.update(advantage(batch, cfg.algo))                            # advantage
         metrics.update(update(learner, batch, it))                            # update
         if collected is None:  # overlapped: synced when the next collection starts

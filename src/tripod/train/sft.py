@@ -24,6 +24,7 @@ from tripod.envs.pool import EnvPool
 from tripod.policy.models import Policy, use_checkpointing
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
+from tripod.policy.settings import rollout_config
 from tripod.train.batch import (
     Row,
     TrainBatch,
@@ -32,7 +33,7 @@ from tripod.train.batch import (
     token_logprobs,
     trajectory_rows,
 )
-from tripod.train.common import adamw, chunks, rollout_config
+from tripod.train.common import adamw, chunks
 
 
 @dataclass
