@@ -59,3 +59,26 @@ def test_eval_reports_interval(capsys):
                  "--max-new-tokens", "2", "--max-turns", "2", "--json"]) == 0
     res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert res["episodes"] == 2 and len(res["ci95"]) == 2
+
+
+@pytest.mark.parametrize("kind", ["TrainingStopped", "NoDemonstrationsError", "RuntimeError"])
+def test_a_run_that_stops_itself_is_one_error_line(kind, monkeypatch, capsys):
+    """A run's own stop (a guard, no demonstrations) prints its reason and exits 1; any
+    other exception keeps its traceback."""
+    from tripod import cli
+    from tripod.train.learner import TrainingStopped
+    from tripod.train.sft import NoDemonstrationsError
+
+    error = {"TrainingStopped": TrainingStopped, "NoDemonstrationsError": NoDemonstrationsError,
+             "RuntimeError": RuntimeError}[kind]
+
+    def stop(args):
+        raise error("the reason, in words")
+
+    monkeypatch.setattr(cli, "cmd_train", stop)
+    if error is RuntimeError:
+        with pytest.raises(RuntimeError):
+            main(["train", "recipes/quickstart.yaml"])
+        return
+    assert main(["train", "recipes/quickstart.yaml"]) == 1
+    assert "error: the reason, in words" in capsys.readouterr().err

@@ -8,7 +8,8 @@ import argparse
 import pytest
 
 from tripod.core.types import EpisodeEnd, EpisodeJob, Trajectory, Turn, TurnStatus
-from tripod.eval.evaluate import summarise, wilson_interval
+from tripod.eval.evaluate import summarise
+from tripod.eval.stats import wilson_interval
 
 
 @pytest.mark.parametrize(("won", "n", "lo", "hi"), [

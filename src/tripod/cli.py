@@ -290,12 +290,14 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
     ev.set_defaults(fn=cmd_eval)
 
 
-def _run_stopped_errors() -> tuple[type[Exception], ...]:
-    """Errors with which a run stops itself and explains why (imported lazily: torch)."""
-    from tripod.train.learner import TrainingStopped
-    from tripod.train.sft import NoDemonstrationsError
-
-    return (TrainingStopped, NoDemonstrationsError)
+def _run_stopped(exc: BaseException) -> bool:
+    """Whether `exc` is an error with which a run stops itself and says why. Those classes live
+    in modules that import torch; one not yet imported raised nothing, so the check never
+    imports them (`tripod --help` and `tripod doctor` stay fast)."""
+    kinds = tuple(kind for module, name in (("tripod.train.learner", "TrainingStopped"),
+                                            ("tripod.train.sft", "NoDemonstrationsError"))
+                  if (kind := getattr(sys.modules.get(module), name, None)) is not None)
+    return bool(kinds) and isinstance(exc, kinds)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -307,8 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     from tripod.core.config import ConfigError
     from tripod.envs.registry import UnknownEnvError
 
-    RunStopped = _run_stopped_errors()
-
     try:
         return args.fn(args)
     except ConfigError as exc:
@@ -317,15 +317,17 @@ def main(argv: list[str] | None = None) -> int:
     except UnknownEnvError as exc:
         print(f"error: {exc.args[0] if exc.args else exc}", file=sys.stderr)
         return 2
-    except RunStopped as exc:  # the run stopped itself and says why (no traceback)
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
             raise
         where = exc.filename or "a run file"
         print(f"error: disk full while writing {where}; the last checkpoint is intact: free "
               f"space, then resume with --resume RUN_DIR", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        if not _run_stopped(exc):
+            raise
+        print(f"error: {exc}", file=sys.stderr)  # the run stopped itself and says why
         return 1
 
 

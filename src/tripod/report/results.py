@@ -24,7 +24,7 @@ from pathlib import Path
 
 from tripod.core import provenance
 from tripod.core.provenance import Provenance
-from tripod.eval.evaluate import wilson_interval
+from tripod.eval.stats import wilson_interval
 
 BEGIN, END = "<!-- results:begin -->", "<!-- results:end -->"
 README_ROWS = "readme.txt"

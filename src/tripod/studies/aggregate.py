@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from tripod.eval.evaluate import wilson_interval
+from tripod.eval.stats import wilson_interval
 
 RESULT_STAGES = ("final", "sft", "base")
 """The evaluation a run is judged by: after RL, else after SFT (runs without RL)."""

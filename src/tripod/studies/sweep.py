@@ -73,7 +73,7 @@ def run_sweep(recipe: Path, grid: list[str], out: Path | None = None,
 
 
 def _ci(successes: int, n: int) -> tuple[float, float]:
-    from tripod.eval.evaluate import wilson_interval
+    from tripod.eval.stats import wilson_interval
 
     return wilson_interval(successes, n)
 
