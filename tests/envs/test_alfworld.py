@@ -312,3 +312,57 @@ def test_admissible_actions_option_lists_the_commands_after_the_observation():
         listed.close()
     with pytest.raises(ValueError, match="expert_type"):
         make("alfworld/generated", split="test", expert_type="oracle")
+
+
+def test_hybrid_expert_asks_the_planner_only_where_the_searcher_gives_up():
+    """`expert_type: hybrid` proposes what the handcoded agent proposes until it gives up
+    (on pick_two it stalls after the first placement, proposing `look` or repeating itself);
+    there the planner's next action is proposed, so the hybrid wins where the handcoded agent
+    does not, with no `look` after the first turn."""
+    kind = "alfworld/generated-pick_two_obj_and_place"
+    hybrid = make(kind, split="test", expert_type="hybrid")
+    handcoded = make(kind, split="test", expert_type="handcoded")
+    try:
+        for index in range(GAMES_PER_TYPE):
+            _, info = hybrid.reset(index)
+            _, alone = handcoded.reset(index)
+            played, gave_up_at = [], None
+            for turn in range(40):
+                assert info.expert_action in info.admissible_actions
+                if gave_up_at is None and info.expert_action != alone.expert_action:
+                    gave_up_at = turn
+                played.append(info.expert_action)
+                info = hybrid.step(info.expert_action).info
+                if gave_up_at is None:   # the handcoded agent sees the same game so far
+                    alone = handcoded.step(played[-1]).info
+                if info.won:
+                    break
+            assert info.won, (index, played)
+            assert "look" not in played[1:], played
+            assert gave_up_at is not None and gave_up_at > 0, played  # it searched first
+    finally:
+        hybrid.close()
+        handcoded.close()
+
+
+def test_objective_and_inventory_options_restate_the_task_state_after_each_step():
+    plain = make("alfworld/generated-pick_and_place_simple", split="test")
+    told = make("alfworld/generated-pick_and_place_simple", split="test", objective=True,
+                inventory=True)
+    try:
+        obs, info = plain.reset(0)
+        told_obs, _ = told.reset(0)
+        assert told_obs == obs   # the intro already states the task
+        held = None
+        for action in _expert_walk(info.game_id):
+            step, told_step = plain.step(action), told.step(action)
+            if action.startswith("take "):
+                held = action.removeprefix("take ").split(" from ")[0]
+            elif action.startswith("move "):
+                held = None
+            carrying = f"You are carrying: a {held}." if held else "You are not carrying anything."
+            assert told_step.observation == f"{step.observation}\n{info.objective}\n{carrying}"
+        assert step.info.won and told_step.info.won
+    finally:
+        plain.close()
+        told.close()

@@ -41,14 +41,15 @@ class AlfworldEnv:
     def __init__(self, env_id: str, split: str, games: GameSource, expert: bool = True,
                  max_turns: int | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
                  reset_timeout_s: float = RESET_TIMEOUT_S,
-                 admissible_actions: bool = False, expert_type: str = "planner") -> None:
+                 admissible_actions: bool = False, expert_type: str = "planner",
+                 objective: bool = False, inventory: bool = False) -> None:
         self.env_id = env_id
         self.split = split
         self.step_timeout_s = step_timeout_s
         self.reset_timeout_s = reset_timeout_s
         kwargs = {"env_id": env_id, "split": split, "games": games, "expert": expert,
                   "max_turns": max_turns, "admissible_actions": admissible_actions,
-                  "expert_type": expert_type}
+                  "expert_type": expert_type, "objective": objective, "inventory": inventory}
         environ = {"ALFWORLD_DATA": real.alfworld_data()}  # the child's only, see real.py
         self._process = ChildProcess(GAME_TARGET, kwargs, environ=environ,
                                      label=f"ALFWorld game process ({env_id}, {split})")
@@ -109,34 +110,39 @@ def make_generated(env_id: str, split: str = "train", *, expert: bool = True,
                    max_turns: int | None = None, task_types: Sequence[str] | None = None,
                    step_timeout_s: float = STEP_TIMEOUT_S,
                    reset_timeout_s: float = RESET_TIMEOUT_S,
-                   admissible_actions: bool = False,
-                   expert_type: str = "planner") -> AlfworldEnv:
+                   admissible_actions: bool = False, expert_type: str = "planner",
+                   objective: bool = False, inventory: bool = False) -> AlfworldEnv:
     """``alfworld/generated[-TASK_TYPE]``; ``task_types`` mixes several types round-robin.
 
     `expert`: fill `info.expert_action` from the planner (a replan after every detour;
     turn it off for RL rollouts). `max_turns`: truncate after this many actions.
     `admissible_actions`: list the valid commands after each observation. `expert_type`:
-    `planner` (optimal plans from the full state) or `handcoded` (ALFWorld's searching
-    agent, `searcher.py`)."""
+    `planner` (optimal plans from the full state), `handcoded` (ALFWorld's searching
+    agent, `searcher.py`) or `hybrid` (the searching agent, the planner where it gives up).
+    `objective` / `inventory`: restate the task / say what the agent carries after each
+    step's observation."""
     _check(split, max_turns, expert_type)
     types = _task_types(env_id, "alfworld/generated", task_types)
     return AlfworldEnv(env_id, split, GeneratedGames(split, types), expert, max_turns,
-                       step_timeout_s, reset_timeout_s, admissible_actions, expert_type)
+                       step_timeout_s, reset_timeout_s, admissible_actions, expert_type,
+                       objective, inventory)
 
 
 def make_real(env_id: str, split: str = "train", *, expert: bool = True,
               max_turns: int | None = None, task_types: Sequence[str] | None = None,
               data_dir: str | None = None, step_timeout_s: float = STEP_TIMEOUT_S,
               reset_timeout_s: float = RESET_TIMEOUT_S,
-              admissible_actions: bool = False, expert_type: str = "planner") -> AlfworldEnv:
+              admissible_actions: bool = False, expert_type: str = "planner",
+              objective: bool = False, inventory: bool = False) -> AlfworldEnv:
     """``alfworld/real[-TASK_TYPE]`` from ``data_dir`` or ``$ALFWORLD_DATA`` (checked now, so
-    missing data fails here with the expected layout rather than at the first reset)."""
+    missing data fails here with the expected layout rather than at the first reset); the
+    options are `make_generated`'s."""
     _check(split, max_turns, expert_type)
     types = _task_types(env_id, "alfworld/real", task_types)
     games = real.list_games(split, types, data_dir)
     source = RealGames(games, real.data_root(data_dir) / real.REAL_SPLITS[split])
     return AlfworldEnv(env_id, split, source, expert, max_turns, step_timeout_s,
-                       reset_timeout_s, admissible_actions, expert_type)
+                       reset_timeout_s, admissible_actions, expert_type, objective, inventory)
 
 
 def prepare_games(env_id: str, split: str, indices: Sequence[int], workers: int = 2, *,

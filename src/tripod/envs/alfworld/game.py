@@ -39,7 +39,8 @@ class AlfworldGame:
 
     def __init__(self, env_id: str, split: str, games: GameSource, expert: bool = True,
                  max_turns: int | None = None, admissible_actions: bool = False,
-                 expert_type: str = "planner") -> None:
+                 expert_type: str = "planner", objective: bool = False,
+                 inventory: bool = False) -> None:
         if expert_type not in EXPERT_TYPES:
             raise ValueError(f"unknown expert_type {expert_type!r}; valid: {', '.join(EXPERT_TYPES)}")
         self.env_id = env_id
@@ -49,6 +50,8 @@ class AlfworldGame:
         self._searcher: Searcher | None = None
         self.max_turns = max_turns
         self.list_admissible = admissible_actions
+        self.restate_objective = objective
+        self.show_inventory = inventory
         self._games = games
         self._engine = Engine()
         self._game: GameRef | None = None
@@ -72,7 +75,7 @@ class AlfworldGame:
         self._engine.load(str(self._game.path))
         state = self._engine.reset()
         self._searcher = (Searcher(self._game.path, state.feedback, game_index)
-                          if self.expert and self.expert_type == "handcoded" else None)
+                          if self.expert and self.expert_type != "planner" else None)
         self._plan = list(walkthrough) if isinstance(walkthrough, list) else None
         self._turn, self._done = 0, False
         self._last_obs = intro_text(state.feedback)
@@ -104,11 +107,25 @@ class AlfworldGame:
         return Step(self._shown(self._last_obs, info), reward, terminated, truncated, info)
 
     def _shown(self, observation: str, info: StepInfo) -> str:
-        """The observation as the agent sees it: with the `admissible_actions` option, the
-        commands valid now follow it (as verl-agent's ALFWorld prompt lists them)."""
-        if not self.list_admissible or self._done or not info.admissible_actions:
-            return observation
-        return f"{observation}\nAdmissible actions: {', '.join(info.admissible_actions)}"
+        """The observation as the agent sees it. After a step, the `objective` option restates
+        the task and the `inventory` option says what the agent carries (in the words of the
+        game's own `inventory` command), so the task's phase is in every observation, not only
+        in one far back in a long history; with `admissible_actions`, the commands valid now
+        follow (as verl-agent's ALFWorld prompt lists them)."""
+        parts = [observation]
+        if self._turn > 0 and self.restate_objective and self._objective:
+            parts.append(self._objective)
+        if self._turn > 0 and self.show_inventory:
+            parts.append(self._carrying())
+        if self.list_admissible and not self._done and info.admissible_actions:
+            parts.append(f"Admissible actions: {', '.join(info.admissible_actions)}")
+        return "\n".join(parts)
+
+    def _carrying(self) -> str:
+        held = sorted(" ".join(fact.names[1:]) for fact in self._engine.readable_facts()
+                      if fact.name == "holds")
+        return f"You are carrying: {', '.join(f'a {h}' for h in held)}." if held else \
+            "You are not carrying anything."
 
     def close(self) -> None:
         self._engine.close()
@@ -122,7 +139,8 @@ class AlfworldGame:
     def _expert_action(self) -> str | None:
         if not self.expert or self._engine.won:
             return None
-        if self._searcher is not None:
+        if self._searcher is not None and not (self.expert_type == "hybrid"
+                                               and self._searcher.gave_up):
             return self._searcher.next_action
         if not self._plan or self._plan[0] not in self._engine.admissible:
             self._plan = self._engine.plan_within(PLAN_CPU_S)

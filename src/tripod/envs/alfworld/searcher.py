@@ -18,7 +18,11 @@ objects to take, a random admissible command when it would repeat itself) come f
 generator seeded per game, so an episode is reproducible. It is not guaranteed to succeed:
 when it gives up (its step limit, or no subgoal left) or proposes a command that is not
 admissible, it says "look", as ALFWorld's wrapper does (such an episode is rarely won, and
-only won demonstrations are trained on).
+only won demonstrations are trained on). `gave_up` marks such a proposal, and the random
+command played instead of a repeat: the `hybrid` expert type asks the planner there, so its
+demonstrations hold neither the fallback `look` a policy learns as a "don't know" move, nor
+the random commands, nor the stalls that keep the handcoded agent from finishing
+`pick_two_obj_and_place`.
 
 Imported only in the game's child process: importing the `alfworld` wheel writes
 ``ALFWORLD_DATA`` into the environment (see env.py).
@@ -49,6 +53,11 @@ class Searcher:
         self._rng = random.Random(seed)
         self.next_action = FALLBACK
         """The expert's proposal for the current state."""
+        self.gave_up = False
+        """Whether `next_action` is a fallback rather than the agent's own choice (its first
+        `look` is its own): a step after it failed or timed out, a command that is not
+        admissible, or the random admissible command ALFWorld's wrapper plays when the agent
+        would repeat the command just played (the `hybrid` expert asks the planner instead)."""
 
     def after(self, state: GameState, facts: list, command: str,
               admissible: list[str]) -> None:
@@ -62,9 +71,17 @@ class Searcher:
         saved = random.getstate()
         random.seed(self._rng.getrandbits(64))   # the agent draws from the global generator
         try:
-            action = self._agent.act(view, 0, view["won"], command)
-        except (HandCodedAgentFailed, HandCodedAgentTimeout):
-            action = FALLBACK
+            # The task policy's own proposal. `HandCodedAgent.act` around it swaps a repeat of
+            # the last command (or an inadmissible one after "look") for a random admissible
+            # command; that is done here so that the swap is known.
+            try:
+                action = self._agent.policy.act(view, command)
+            except (HandCodedAgentFailed, HandCodedAgentTimeout):
+                action = None
+            repeat = action == command or (command == FALLBACK and action not in admissible)
+            if action is not None and repeat and admissible:
+                action = random.choice(admissible)
         finally:
             random.setstate(saved)
-        self.next_action = action if action in admissible else FALLBACK
+        self.gave_up = action is None or repeat or action not in admissible
+        self.next_action = action if action is not None and action in admissible else FALLBACK

@@ -19,7 +19,8 @@ TASK_TYPES = (
 """ALFWorld's task types, in its own numbering order (1..6)."""
 
 
-EXPERT_TYPES = ("planner", "handcoded")
+EXPERT_TYPES = ("planner", "handcoded", "hybrid")
 """The env's `expert_type` option. `planner`: fast-downward's optimal plan from the full
 state. `handcoded`: ALFWorld's handcoded agent, which searches receptacles as an agent that
-sees only the text must (`searcher.py`)."""
+sees only the text must (`searcher.py`). `hybrid`: the handcoded agent, and the planner's
+next action wherever the handcoded agent gives up (`Searcher.gave_up`)."""
