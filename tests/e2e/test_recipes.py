@@ -51,7 +51,7 @@ EXTRA["alfworld-cpu"] = ["sft.max_turns=40", "eval.games=1", "train.eval_every=2
                          "rollout.eval.max_new_tokens=12",
                          "eval.env_ids=[alfworld/generated-pick_and_place_simple]",
                          "env.options_by_env={alfworld/generated-pick_and_place_simple: "
-                         "{expert: false, objective: true, inventory: true}}"]
+                         "{expert: false, inventory: true}}"]
 # The mix's final evaluation on all six task types (a minute of cold-cache games in CI): two of
 # them here, one trained and one held out; the run evaluates every listed env id the same way.
 EXTRA["alfworld-diversity-mix"] += [
