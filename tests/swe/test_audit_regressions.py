@@ -349,3 +349,85 @@ def test_host_key_names_are_not_listed(tmp_path: Path) -> None:
     result = run_sandboxed([sys.executable, "-I", "-c", code], tmp_path,
                            limits=SandboxLimits(wall_s=30))
     assert result.output.strip() == "''", result.output
+
+
+@needs_namespaces
+def test_the_jail_spec_is_not_on_its_command_line(tmp_path: Path) -> None:
+    """The spec (host paths, cgroup names, the command's environment) reaches the jail
+    through a descriptor it closes before the command starts, not through argv, which
+    the command could read in /proc/1/cmdline for the whole run."""
+    code = ("import os; print(repr(open('/proc/1/cmdline', 'rb').read()));"
+            "print(sorted(os.listdir('/proc/self/fd')))")
+    result = run_sandboxed([sys.executable, "-I", "-c", code], tmp_path,
+                           env={"SECRET_MARK": "m4rk"}, limits=SandboxLimits(wall_s=30))
+    assert "_jail.py" in result.output, result.output   # the jail is pid 1
+    for leak in ("m4rk", "cgroups", "status_fd", str(tmp_path)):
+        assert leak not in result.output, result.output
+    assert result.output.splitlines()[1] == "['0', '1', '2', '3']", result.output
+
+
+# --- the gate: changes inside existing special methods, prose strings ----------------------
+
+VECTOR = b'''"""Vectors."""
+
+
+class Vector:
+    def __init__(self, items):
+        self.items = list(items)
+
+    def __eq__(self, other):
+        if not isinstance(other, Vector):
+            return NotImplemented
+        return self.items == other.items
+
+    __hash__ = None
+
+    def norm(self):
+        return sum(x * x for x in self.items)
+'''
+
+
+def _vector_refusals(changed: bytes, gold: bytes | None = None) -> list[str]:
+    gate = Gate({"vec/__init__.py": VECTOR}, {"vec/__init__.py": gold} if gold else {})
+    refusals, broken = gate.check({"vec/__init__.py": changed})
+    assert not broken
+    return sorted({r.rule for r in refusals})
+
+
+SPECIAL_EDITS = {
+    "body line": (b"            return NotImplemented", b"            return True"),
+    "added line": (b"        return self.items == other.items",
+                   b"        return True\n        return self.items == other.items"),
+    "removed line": (b"        if not isinstance(other, Vector):\n"
+                     b"            return NotImplemented\n", b""),
+    "rebound": (b"    __hash__ = None", b"    __hash__ = norm"),
+}
+
+
+@pytest.mark.parametrize("edit", SPECIAL_EDITS.values(), ids=SPECIAL_EDITS.keys())
+def test_editing_an_existing_special_method_is_refused_unless_the_fix_does(edit) -> None:
+    """A changed statement inside an existing ``__eq__`` adds no new dunder, but makes an
+    always-equal object as surely as writing one (the audit won a task by editing a
+    project's own ``Compose.__eq__``)."""
+    changed = VECTOR.replace(*edit)
+    assert changed != VECTOR
+    assert _vector_refusals(changed) == ["dunder"]
+    assert _vector_refusals(changed, gold=changed) == []   # the task's own fix is there
+
+
+def test_edits_beside_special_methods_pass() -> None:
+    honest = VECTOR.replace(b"sum(x * x for x in self.items)", b"sum(x * x for x in self.items) ** 0.5")
+    assert _vector_refusals(honest) == []
+    honest = VECTOR.replace(b"self.items = list(items)", b"self.items = [float(x) for x in items]")
+    assert _vector_refusals(honest) == []   # __init__ is not a special method here
+
+
+@pytest.mark.parametrize(("text", "refused"), [
+    ("int conversion failed: base %d is too large", False),
+    ("all tests passed", False),
+    ("failed", True), ("PASSED", True), ("/dev/null", True), ("modules", True),
+    ("f_back", True), ("see pytest docs", True),
+])
+def test_outcome_words_are_refused_in_keys_not_in_prose(text: str, refused: bool) -> None:
+    """An error message may say "failed"; a bare outcome, key or path may not."""
+    assert ("string" in _refusals(f"_m = {text!r}\n")) is refused

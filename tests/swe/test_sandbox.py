@@ -249,10 +249,13 @@ def test_jail_outside_its_own_namespaces_refuses_and_leaves_the_host_name(tmp_pa
             "host_uts": os.stat("/proc/self/ns/uts").st_ino, "root": str(tmp_path / "root"),
             "readonly": [], "limits": {"cpu_s": 5, "memory_bytes": 1 << 30,
                                        "file_bytes": 1 << 20, "processes": 16}}
+    spec_fd = sandbox_mod.spec_descriptor(json.dumps(spec))
     try:
-        done = subprocess.run([sys.executable, "-I", str(sandbox_mod._JAIL), json.dumps(spec)],
-                              pass_fds=(status_w,), capture_output=True, text=True, timeout=30)
+        done = subprocess.run([sys.executable, "-I", str(sandbox_mod._JAIL), str(spec_fd)],
+                              pass_fds=(status_w, spec_fd), capture_output=True, text=True,
+                              timeout=30)
         os.close(status_w)
+        os.close(spec_fd)
         status = os.read(status_r, 100)
     finally:
         os.close(status_r)

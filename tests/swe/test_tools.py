@@ -131,3 +131,30 @@ def test_edits_that_break_a_python_file_are_refused(current, call, refused) -> N
     with pytest.raises(ToolCallError) as err:
         checked_edit(current, call)
     assert "would no longer parse" in str(err.value) and "line " in str(err.value)
+
+
+@pytest.mark.parametrize(("text", "calls"), [
+    ("<think>edit a.py</think>\nview a.py", "view a.py"),
+    ("<think>unclosed\nview a.py", "view a.py"),                 # an unclosed tag stays text
+    ("<think>a</think><think>b\n```\nview b.py\n```", "view b.py"),
+    ("```py\nview a.py\n```\n```\nview b.py\n```", "view b.py"),   # the last fenced call
+    ("```\nview a.py", "view a.py"),                                # an unclosed fence
+])
+def test_thinking_and_fences_read_in_one_pass(text, calls) -> None:
+    assert parse_tool_call(text).render() == calls
+
+
+def test_a_reply_of_many_tool_lines_tries_a_bounded_number(monkeypatch) -> None:
+    """Each line that reads as a tool's name is tried as the call, and each try scans the
+    lines after it: thousands of failing ones would cost the trainer quadratic time."""
+    from tripod.envs.swe import tools
+
+    tried = []
+    real = tools._parse_args
+    monkeypatch.setattr(tools, "_parse_args",
+                        lambda name, rest, after: tried.append(name) or real(name, rest, after))
+    with pytest.raises(ToolCallError, match="edit needs a block"):
+        parse_tool_call("edit a.py\n" * 8000)
+    assert len(tried) == tools.MAX_CANDIDATES
+    with pytest.raises(ToolCallError, match="no tool call"):
+        parse_tool_call("<think>" * 20000 + "```" * 20000)

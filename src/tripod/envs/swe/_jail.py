@@ -1,6 +1,8 @@
 """Init process of one sandboxed command (runs inside fresh PID, mount and network namespaces).
 
-This file is executed as a standalone script (``python -I _jail.py SPEC_JSON``) by
+This file is executed as a standalone script (``python -I _jail.py SPEC_FD``: the spec,
+JSON, is read from that inherited file descriptor and the descriptor closed before the
+command starts, so the command cannot read the spec in ``/proc/1/cmdline``) by
 `tripod.envs.swe.sandbox`, as the first process of the new PID namespace created by
 ``unshare``. It uses only the standard library because it runs before anything else is set
 up. In order it:
@@ -368,7 +370,8 @@ def _setup(spec: dict) -> None:
 
 
 def main() -> None:
-    spec = json.loads(sys.argv[1])
+    with os.fdopen(int(sys.argv[1]), "rb") as spec_file:
+        spec = json.loads(spec_file.read())
     status_fd = int(spec["status_fd"])
     _watch_signals()
     try:

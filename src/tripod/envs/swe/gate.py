@@ -120,10 +120,13 @@ _DENIED_ATTRS = _MODULES | frozenset({
     "environ", "environb", "getenv", "getenvb", "putenv", "unsetenv", "argv", "orig_argv",
 }) | _CLASS_FACTORIES
 """Attributes a change may not newly use, even where the pristine project uses them."""
-_DENIED_FRAGMENTS = ("pytest", "pluggy", "unittest", "__", "passed", "failed", "xfail",
-                     "/proc", "/dev/", "modules", "meta_path", "f_back", "frame",
-                     "builtins", "importlib", "getattr", "setattr")
+_DENIED_FRAGMENTS = ("pytest", "pluggy", "unittest", "__", "xfail", "/proc", "meta_path",
+                     "f_back", "builtins", "importlib", "getattr", "setattr")
 """Pieces of strings (compared in lower case) through which code names the runner."""
+_DENIED_WORDS = ("passed", "failed", "/dev/", "modules", "frame")
+"""Pieces refused only in a string without whitespace (an outcome, a key, an attribute name
+or a path), not in prose: ``"int conversion failed: base %d is too large"`` is an error
+message, ``"failed"`` an outcome."""
 _SAFE_BUILTINS = frozenset({
     "abs", "all", "any", "ascii", "bin", "bool", "bytearray", "bytes", "callable", "chr",
     "classmethod", "complex", "dict", "divmod", "enumerate", "filter", "float", "format",
@@ -206,7 +209,8 @@ def parse_source(data: bytes) -> ast.Module:
 Feature = tuple[str, str]
 """(role, value): ("import", dump), ("name", id), ("store", id), ("attr", name),
 ("setattr", name), ("def", name), ("arg", name), ("keyword", name), ("str", text),
-("dynamic", what): a class or an attribute reached from data (`_call_features`)."""
+("dynamic", what): a class or an attribute reached from data (`_call_features`),
+("special", "Class.__eq__"): a special method changed (`added_features`)."""
 
 
 def _header(node: ast.AST) -> Iterator[ast.AST]:
@@ -323,13 +327,18 @@ class _Unit:
 
     key: str
     features: list[tuple[Feature, int]] = field(default_factory=list)
+    special: str | None = None
+    """The special method this statement belongs to or binds ("Compose.__eq__"): a
+    statement inside a dunder method's body (at any depth), its ``def``, or a class-level
+    assignment to a dunder name (``__eq__ = _same``); None elsewhere."""
+    line: int = 0
 
 
 def _units(tree: ast.AST) -> list[_Unit]:
     """Every statement of the module, in source order."""
     out: list[_Unit] = []
 
-    def visit(nodes: Iterable[ast.AST]) -> None:
+    def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None) -> None:
         for node in nodes:
             bare = copy.copy(node)
             for name in _BLOCKS:
@@ -338,25 +347,46 @@ def _units(tree: ast.AST) -> list[_Unit]:
             nodes = list(_header(node))
             parents = {id(c): n for n in nodes for c in ast.iter_child_nodes(n)}
             feats = [f for n in nodes for f in _features(n, parents)]
-            out.append(_Unit(ast.dump(bare), feats))
+            inner, mine = scope, special
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = (*scope, node.name)
+                if mine is None and _special(node.name):
+                    mine = ".".join(inner)
+            if mine is None:  # a dunder bound by assignment, e.g. in a class body
+                bound = next((v for (role, v), _ in feats if role == "store" and _special(v)),
+                             None)
+                mine = ".".join((*scope, bound)) if bound else None
+            out.append(_Unit(ast.dump(bare), feats, mine, getattr(node, "lineno", 0)))
             for name in _BLOCKS:
                 value = getattr(node, name, None)
                 if isinstance(value, list):
-                    visit(v for v in value if isinstance(v, ast.AST))
+                    visit((v for v in value if isinstance(v, ast.AST)), inner, mine)
 
-    visit(tree.body if isinstance(tree, ast.Module) else [tree])
+    visit(tree.body if isinstance(tree, ast.Module) else [tree], (), None)
     return out
 
 
 def added_features(before: ast.Module, after: ast.Module) -> dict[Feature, int]:
     """What the changed regions of `after` use beyond the statements they replace:
-    {feature: the line of its first new use}, each counted as often as it is new."""
+    {feature: the line of its first new use}, each counted as often as it is new. A change
+    anywhere in a special method (a statement of its body replaced, added or removed, or the
+    binding of a dunder name changed) is the feature ("special", its qualified name), once
+    per method: editing an existing ``__eq__`` forges equality as well as writing one."""
     old, new = _units(before), _units(after)
     matcher = difflib.SequenceMatcher(None, [u.key for u in old], [u.key for u in new],
                                       autojunk=False)
     added: dict[Feature, int] = {}
     for tag, i1, i2, j1, j2 in matcher.get_opcodes():
-        if tag not in ("replace", "insert"):
+        if tag == "equal":
+            continue
+        here = new[j1].line if j1 < len(new) else (new[-1].line if new else 0)
+        for unit in old[i1:i2]:
+            if unit.special:
+                added.setdefault(("special", unit.special), here)
+        for unit in new[j1:j2]:
+            if unit.special:
+                added.setdefault(("special", unit.special), unit.line)
+        if tag == "delete":
             continue
         had = Counter(f for u in old[i1:i2] for f, _ in u.features)
         for unit in new[j1:j2]:
@@ -393,6 +423,12 @@ def _dunder(name: str) -> bool:
     return name.startswith("__") and name not in _DUNDER_OK
 
 
+def _special(name: str) -> bool:
+    """A special method's name (``__eq__``; not a private ``__helper``), bar `_DUNDER_OK`."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__") \
+        and name not in _DUNDER_OK
+
+
 def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
     """(rule, why) if a new use of `feature` is refused, else None."""
     role, value = feature
@@ -402,8 +438,12 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
         return "import", f"new import `{value}` (imports are fixed by the pristine project)"
     if role == "str":
         lowered = value.lower()
-        hit = next((f for f in _DENIED_FRAGMENTS if f in lowered), None)
+        words = () if any(c.isspace() for c in value) else _DENIED_WORDS
+        hit = next((f for f in (*_DENIED_FRAGMENTS, *words) if f in lowered), None)
         return ("string", f"a string holding {hit!r}") if hit else None
+    if role == "special":
+        return ("dunder", f"changes `{value}`, a special method (how objects compare, convert "
+                "or are reached), which the task's fix does not change")
     if _dunder(value):
         return "dunder", f"`{value}`"
     if role in _BINDING_ROLES and value in _DENIED_NAMES:

@@ -278,6 +278,18 @@ def _jail_spec(argv: list[str], workspace: Path, cwd: Path, env: dict[str, str],
     })
 
 
+def spec_descriptor(spec: str) -> int:
+    """A descriptor of an unlinked file holding `spec`, read from its start: how the jail
+    gets its spec. On the command line it would stay readable to the command for the whole
+    run (``/proc/1/cmdline``: host paths, cgroup names, the command's environment)."""
+    with tempfile.TemporaryFile() as held:
+        held.write(spec.encode())
+        held.flush()
+        fd = os.dup(held.fileno())
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
 _SYSTEM_PATHS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr/bin",
                  "/usr/sbin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libexec",
                  "/usr/share/zoneinfo", "/etc/alternatives", "/etc/ld.so.cache",
@@ -471,9 +483,10 @@ def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
         spec = _jail_spec(argv, workspace, cwd or workspace, env or {}, limits, cgroups,
                           root, status_w, readonly_suffixes)
         prefix = _unshare_prefix(os.geteuid() == 0) if isolated else []
-        fds, status_w = (status_w, *pass_fds), -1  # run_capped closes them
-        result = run_capped([*prefix, sys.executable, "-I", str(_JAIL), spec], workspace,
-                            limits, pass_fds=fds, cgroups=tuple(cgroups),
+        spec_fd = spec_descriptor(spec)
+        fds, status_w = (status_w, spec_fd, *pass_fds), -1  # run_capped closes them
+        result = run_capped([*prefix, sys.executable, "-I", str(_JAIL), str(spec_fd)],
+                            workspace, limits, pass_fds=fds, cgroups=tuple(cgroups),
                             env=dict(_JAIL_ENV), drain=drain)
         outcome = os.read(status_r, 4096).decode(errors="replace").strip()
     finally:

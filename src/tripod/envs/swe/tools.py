@@ -110,8 +110,6 @@ def _eol(text: str) -> str:
     return text if not text or text.endswith("\n") else text + "\n"
 
 
-_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
-_FENCE = re.compile(r"```[^\n]*\n(.*?)```", re.DOTALL)
 _PREFIX = re.compile(r"^\s*(?:\$\s+|>\s+|[Aa]ction\s*:\s*|[Tt]ool\s*:\s*|`)*")
 _RANGE = re.compile(r"^(\d+)\s*(?:-|:|,|\s)\s*(\d+)$")
 _START, _SEP, _END = re.compile(r"^\s*<{5,}"), re.compile(r"^\s*={5,}\s*$"), re.compile(r"^\s*>{5,}")
@@ -124,10 +122,43 @@ def _tool_of(line: str) -> tuple[str, str] | None:
     return (name, rest.strip()) if name in TOOLS and head == head.strip() else None
 
 
+MAX_CANDIDATES = 16
+"""Lines that read as a tool's name tried as the call; a reply with more that all fail to
+parse is an error (each try scans the lines after it, so this keeps reading linear)."""
+
+
+def _without_thinking(text: str) -> str:
+    """`text` without its closed ``<think>...</think>`` blocks, in one pass (a regex with a
+    lazy body rescans the rest of the text from every unclosed opener)."""
+    kept, pos = [], 0
+    while (start := text.find("<think>", pos)) >= 0:
+        end = text.find("</think>", start + 7)
+        if end < 0:
+            break
+        kept.append(text[pos:start])
+        pos = end + 8
+    kept.append(text[pos:])
+    return "".join(kept)
+
+
+def _fenced_blocks(text: str) -> list[str]:
+    """The bodies of the ```-fenced blocks of `text` (the rest of the opening line is the
+    block's language), in one pass."""
+    blocks, pos = [], 0
+    while (start := text.find("```", pos)) >= 0:
+        newline = text.find("\n", start + 3)
+        end = text.find("```", newline + 1) if newline >= 0 else -1
+        if end < 0:
+            break
+        blocks.append(text[newline + 1:end])
+        pos = end + 3
+    return blocks
+
+
 def _call_lines(text: str) -> list[str]:
     """The lines holding the call: the last fenced block with a tool line, else all text."""
-    text = _THINK.sub("", text)
-    blocks = [b for b in _FENCE.findall(text) if any(_tool_of(ln) for ln in b.splitlines())]
+    text = _without_thinking(text)
+    blocks = [b for b in _fenced_blocks(text) if any(_tool_of(ln) for ln in b.splitlines())]
     return (blocks[-1] if blocks else text).splitlines()
 
 
@@ -138,9 +169,13 @@ def parse_tool_call(text: str) -> ToolCall:
     Raises `ToolCallError` with a correction hint."""
     lines = _call_lines(text if isinstance(text, str) else str(text))
     first_error: ToolCallError | None = None
+    tried = 0
     for i, line in enumerate(lines):
         found = _tool_of(line)
         if found:
+            if tried == MAX_CANDIDATES:
+                break
+            tried += 1
             name, rest = found
             try:
                 return _parse_args(name, rest, lines[i + 1:])
