@@ -227,6 +227,11 @@ class AlgoSection(_Section):
     """Clip the global gradient norm to this."""
     weight_decay: float = Field(0.0, ge=0.0)
     """AdamW weight decay of the actor."""
+    uniform_outcomes: bool = True
+    """Train on groups whose episodes all share one raw outcome (all won or all lost; on SWE
+    tasks all resolved or none). False leaves them out of the update (DAPO's dynamic
+    sampling, judged on the outcome rather than the shaped return: with dense or
+    similarity rewards such a group's returns differ only by shaping)."""
 
 
 class SFTSection(_Section):

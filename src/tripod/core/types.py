@@ -102,6 +102,16 @@ class Trajectory:
     error: str | None = None
     env_status: str = ""
     """The env's last `info.extra["status"]` (e.g. an SWE episode's "tampering")."""
+    resolved: bool | None = None
+    """The env's verdict on the task where it gives one apart from `won`
+    (`info.extra["resolved"]`: an SWE task whose every target and regression test passes
+    under the trusted scorer, whether or not the episode was submitted); None elsewhere."""
+
+    @property
+    def outcome(self) -> bool:
+        """The raw outcome, before any reward shaping: `resolved` where the env reports it,
+        else `won`."""
+        return self.won if self.resolved is None else self.resolved
 
     @property
     def env_id(self) -> str:

@@ -435,6 +435,8 @@ class RolloutEngine:
         ep.observation, ep.info = step.observation, info
         traj.won, traj.lost = info.won, info.lost
         traj.env_status = str(info.extra.get("status", ""))
+        resolved = info.extra.get("resolved")
+        traj.resolved = None if resolved is None else bool(resolved)
         if step.terminated or info.won or info.lost:
             traj.end = EpisodeEnd.WON if info.won else EpisodeEnd.LOST
         elif step.truncated:

@@ -48,19 +48,29 @@ class Selection:
     removed: their remaining episodes have no baseline and are left out of the loss."""
     dropped_episodes: int = 0
     """Episodes that ran but were left out with their group."""
+    uniform_groups: int = 0
+    """Groups left out because every episode had the same raw outcome (`uniform_outcomes`);
+    their episodes are counted in `dropped_episodes` too."""
 
 
-def trainable_episodes(trajs: list[Trajectory], min_group_size: int = 1) -> Selection:
+def trainable_episodes(trajs: list[Trajectory], min_group_size: int = 1,
+                       uniform_outcomes: bool = True) -> Selection:
     """Drop env errors, then every group left with fewer than `min_group_size` episodes (a
-    group estimator cannot give a baseline to a group of one)."""
+    group estimator cannot give a baseline to a group of one). With `uniform_outcomes`
+    false, also drop every group of two or more whose episodes share one raw outcome
+    (`Trajectory.outcome`: all won or all lost, all resolved or none): whatever their
+    shaped returns, such a group says nothing about what solves the task."""
     ran = [t for t in trajs if not t.failed]
-    size: dict[int, int] = {}
+    members: dict[int, list[Trajectory]] = {}
     for t in ran:
-        size[t.group_id] = size.get(t.group_id, 0) + 1
-    small = {g for g, n in size.items() if n < min_group_size}
-    kept = [t for t in ran if t.group_id not in small]
+        members.setdefault(t.group_id, []).append(t)
+    small = {g for g, group in members.items() if len(group) < min_group_size}
+    uniform = set() if uniform_outcomes else {
+        g for g, group in members.items()
+        if g not in small and len(group) > 1 and len({t.outcome for t in group}) == 1}
+    kept = [t for t in ran if t.group_id not in small | uniform]
     return Selection(kept, env_errors=len(trajs) - len(ran), dropped_groups=len(small),
-                     dropped_episodes=len(ran) - len(kept))
+                     dropped_episodes=len(ran) - len(kept), uniform_groups=len(uniform))
 
 
 def _prefix_consistent(traj: Trajectory) -> bool:

@@ -121,8 +121,9 @@ def make_batch(trajs: list[Trajectory], cfg: TrainConfig,
     """Shaped rewards on the recorded tokens, for the episodes that can be trained on: env
     errors are left out, and so are groups they leave too small for the estimator."""
     spec = get_estimator(cfg.algo.estimator)
-    sel = trainable_episodes(trajs, spec.min_group_size)
-    counts = {"dropped_groups": sel.dropped_groups, "dropped_episodes": sel.dropped_episodes}
+    sel = trainable_episodes(trajs, spec.min_group_size, cfg.algo.uniform_outcomes)
+    counts = {"dropped_groups": sel.dropped_groups, "dropped_episodes": sel.dropped_episodes,
+              "uniform_groups": sel.uniform_groups}
     rows = [r for t in sel.trajectories for r in trajectory_rows(t, turn_rewards(t, cfg.reward))]
     return (collate(rows, pad_id) if rows else None), counts
 
@@ -179,6 +180,8 @@ def rollout_metrics(trajs: list[Trajectory], cfg: TrainConfig) -> dict[str, floa
     out["context_limit"] = sum(t.end is EpisodeEnd.CONTEXT_LIMIT for t in trajs)
     if any(t.env_id.startswith("swe") for t in trajs):  # scored as tampering (verify.py)
         out["swe/tampered"] = sum(t.env_status == "tampering" for t in ran)
+    if any(t.resolved is not None for t in ran):   # the env's own verdict, apart from `won`
+        out["resolved_rate"] = sum(t.outcome for t in ran) / n
     if len(envs := training_env_ids(cfg)) > 1:   # a mix: each env's own success rate too
         for env_id in envs:
             mine = [t for t in ran if t.env_id == env_id]
