@@ -431,3 +431,75 @@ def test_edits_beside_special_methods_pass() -> None:
 def test_outcome_words_are_refused_in_keys_not_in_prose(text: str, refused: bool) -> None:
     """An error message may say "failed"; a bare outcome, key or path may not."""
     assert ("string" in _refusals(f"_m = {text!r}\n")) is refused
+
+
+# --- the gate: reflection kept from the replaced statement, doctests, private names ---------
+
+CONVERTERS = b'''"""Converters."""
+
+
+class Cache:
+    def __init__(self):
+        self.__root = {}
+
+    def get(self, key):
+        """Look a key up.
+
+        >>> Cache().get(1) is None
+        True
+        """
+        return self.__root.get(key)
+
+
+def pattern_of(conv, default):
+    pattern = getattr(conv, "pattern", default)
+    return pattern
+'''
+
+
+def _converter_refusals(old: bytes, new: bytes) -> list[str]:
+    changed = CONVERTERS.replace(old, new)
+    assert changed != CONVERTERS
+    refusals, broken = Gate({"conv/__init__.py": CONVERTERS}, {}).check(
+        {"conv/__init__.py": changed})
+    assert not broken
+    return sorted({r.rule for r in refusals})
+
+
+GETATTR_LINE = b'    pattern = getattr(conv, "pattern", default)'
+KEPT_REFLECTION = {
+    "verbatim call, rest changed": (GETATTR_LINE, GETATTR_LINE + b" or default", []),
+    "as a value": (GETATTR_LINE, b'    g = (getattr,)[0]\n    pattern = g(conv, "pattern")',
+                   ["denied"]),
+    "another attribute": (GETATTR_LINE, b'    pattern = getattr(conv, "_" + "_class_" + "_")',
+                          ["denied"]),
+    "a second call": (GETATTR_LINE, GETATTR_LINE + b'\n    other = getattr(conv, "flags", 0)',
+                      ["denied"]),
+}
+
+
+@pytest.mark.parametrize("edit", KEPT_REFLECTION.values(), ids=KEPT_REFLECTION.keys())
+def test_reflection_the_replaced_statement_used_is_kept_only_verbatim(edit) -> None:
+    """A statement that replaces one ``getattr(conv, "pattern", default)`` call used to be
+    allowed ``getattr`` in any form: ``(getattr,)[0]`` then reached any dunder from strings
+    built at run time (the audit built an always-equal ``str`` that way)."""
+    old, new, rules = edit
+    assert _converter_refusals(old, new) == rules
+
+
+def test_doctest_examples_are_not_the_changes_to_make() -> None:
+    """A doctest reads its expected output from the docstring: editing the example away
+    (``>>>`` to ``>>``) passed a failing target test with the bug in place."""
+    assert _converter_refusals(b">>> Cache().get(1) is None", b">> Cache().get(1) is None") \
+        == ["doctest"]
+    assert _converter_refusals(b"        True\n", b"        False\n") == ["doctest"]
+    assert _converter_refusals(b"Look a key up.", b"Look a key up, or None.\n\n        >>> 1\n"
+                               b"        1") == ["doctest"]
+    assert _converter_refusals(b'"""Converters."""', b'"""Converters of values."""') == []
+
+
+def test_private_names_are_ordinary_attributes() -> None:
+    """``self.__root`` is name-mangled, not a dunder: an honest fix may use it anew."""
+    assert _converter_refusals(b"        return self.__root.get(key)",
+                               b"        if key is None:\n            return self.__root\n"
+                               b"        return self.__root.get(key)") == []

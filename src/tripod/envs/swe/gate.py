@@ -238,12 +238,18 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
             yield ("dynamic", what), line
     if isinstance(node, (ast.Import, ast.ImportFrom)):
         yield ("import", ast.unparse(node)), line
+    elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
+            and node.id in _DENIED_NAMES:
+        yield ("reflect", _reflective_use(node, parents)), line
     elif isinstance(node, ast.Name):
         yield ("name" if isinstance(node.ctx, ast.Load) else "store", node.id), line
         parent = parents.get(id(node))
         called = isinstance(parent, ast.Call) and parent.func is node
         if node.id == "type" and not called and not _names_a_type(node, parents):
             yield ("dynamic", "`type` handed on (not called as type(x))"), line
+    elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) \
+            and node.attr in _DENIED_ATTRS:
+        yield ("reflect", _reflective_use(node, parents)), line
     elif isinstance(node, ast.Attribute):
         store = not isinstance(node.ctx, ast.Load)
         on_self = isinstance(node.value, ast.Name) and node.value.id in _SELF
@@ -265,6 +271,19 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
     elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
         value = node.value if isinstance(node.value, str) else node.value.decode("latin-1")
         yield ("str", value), line
+
+
+def _reflective_use(node: ast.AST, parents: dict[int, ast.AST]) -> str:
+    """How a denied name or attribute is used, as the text that a changed statement must
+    keep verbatim: the whole call (``getattr(conv, 'pattern', None)``) or subscript
+    (``sys.modules[name]``) it heads, else the expression itself marked as a value.
+    Counting only the name let a statement that replaced one ``getattr(...)`` call use
+    ``(getattr,)[0]``: ``getattr`` as a value, callable with any string."""
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.Call) and parent.func is node or \
+            isinstance(parent, ast.Subscript) and parent.value is node:
+        return ast.unparse(parent)
+    return f"{ast.unparse(node)} (as a value)"
 
 
 def _call_features(call: ast.Call, parents: dict[int, ast.AST]) -> Iterator[str]:
@@ -380,9 +399,13 @@ def added_features(before: ast.Module, after: ast.Module) -> dict[Feature, int]:
         if tag == "equal":
             continue
         here = new[j1].line if j1 < len(new) else (new[-1].line if new else 0)
+        kept_text = {v for u in new[j1:j2] for (role, v), _ in u.features if role == "str"}
         for unit in old[i1:i2]:
             if unit.special:
                 added.setdefault(("special", unit.special), here)
+            for (role, text), _ in unit.features:   # examples a doctest reads, altered
+                if role == "str" and ">>>" in text and text not in kept_text:
+                    added.setdefault(("doctest", text), here)
         for unit in new[j1:j2]:
             if unit.special:
                 added.setdefault(("special", unit.special), unit.line)
@@ -420,13 +443,15 @@ class Vocabulary:
 
 
 def _dunder(name: str) -> bool:
-    return name.startswith("__") and name not in _DUNDER_OK
+    """A dunder name (``__eq__``, ``__class__``), bar `_DUNDER_OK`. A private name
+    (``self.__root``, mangled to ``_Cache__root``) is an ordinary attribute."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__") \
+        and name not in _DUNDER_OK
 
 
 def _special(name: str) -> bool:
     """A special method's name (``__eq__``; not a private ``__helper``), bar `_DUNDER_OK`."""
-    return len(name) > 4 and name.startswith("__") and name.endswith("__") \
-        and name not in _DUNDER_OK
+    return _dunder(name)
 
 
 def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
@@ -436,11 +461,20 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
         return "dynamic", value
     if role == "import":
         return "import", f"new import `{value}` (imports are fixed by the pristine project)"
+    if role == "str" and ">>>" in value:
+        return ("doctest", "adds or changes doctest examples (doctests read their expected "
+                f"output from the source): {value[:60]!r}")
     if role == "str":
         lowered = value.lower()
         words = () if any(c.isspace() for c in value) else _DENIED_WORDS
         hit = next((f for f in (*_DENIED_FRAGMENTS, *words) if f in lowered), None)
         return ("string", f"a string holding {hit!r}") if hit else None
+    if role == "reflect":
+        return ("denied", f"`{value}` (reflection the replaced statements do not use in "
+                "exactly this form)")
+    if role == "doctest":
+        return ("doctest", "changes a docstring's examples (doctests read their expected "
+                f"output from it): {value[:60]!r}")
     if role == "special":
         return ("dunder", f"changes `{value}`, a special method (how objects compare, convert "
                 "or are reached), which the task's fix does not change")
