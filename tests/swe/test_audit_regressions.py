@@ -454,6 +454,13 @@ class Cache:
 def pattern_of(conv, default):
     pattern = getattr(conv, "pattern", default)
     return pattern
+
+
+def restore(module, dotted):
+    obj = module
+    for part in dotted.split("."):
+        obj = getattr(obj, part)
+    return obj
 '''
 
 
@@ -503,3 +510,39 @@ def test_private_names_are_ordinary_attributes() -> None:
     assert _converter_refusals(b"        return self.__root.get(key)",
                                b"        if key is None:\n            return self.__root\n"
                                b"        return self.__root.get(key)") == []
+
+
+FOURTH_AUDIT = {
+    "a new def around the kept call": (
+        GETATTR_LINE, b'    global _g\n\n    def _g(o, n):\n        return getattr(conv, "pattern", '
+                      b'default)\n' + GETATTR_LINE),
+    "the kept call in a lambda": (
+        GETATTR_LINE, b'    _g = lambda: getattr(conv, "pattern", default)\n    pattern = _g()'),
+    "a project function that reflects on its arguments": (
+        b"    return pattern\n", b'    return restore(conv, "_" + "_class_" + "_")\n'),
+    "format handed on": (b"    return pattern\n",
+                         b'    f = "{0.x}".format\n    return f(conv)\n'),
+    "a docstring set at run time": (b"    return pattern\n",
+                                    b'    pattern_of.__doc__ = ""\n    return pattern\n'),
+}
+
+
+@pytest.mark.parametrize("edit", FOURTH_AUDIT.values(), ids=FOURTH_AUDIT.keys())
+def test_routes_around_the_reflection_rules_are_refused(edit) -> None:
+    """A fourth audit won with `toolz`'s own `_restore_curry` (it imports a module and
+    walks attributes its argument names), with a new function wrapping a `getattr(...)`
+    call kept verbatim from the replaced line, and found `.format` and `.__doc__` routes."""
+    old, new = edit
+    assert _converter_refusals(old, new) in (["denied"], ["dynamic"])
+
+
+def test_a_test_helper_rebound_in_any_form_is_a_change_to_the_tests() -> None:
+    pristine = b'def raises(err, f):\n    try:\n        f()\n    except err:\n        return True\n' \
+               b'    return False\n\n\ndef helper():\n    return 1\n'
+    gate = Gate({"pkg/utils.py": pristine}, {}, test_helpers={"pkg/utils.py": {"raises"}})
+    for rebinding in (b"raises: object = helper\n", b"if True:\n    raises = helper\n",
+                      b"for raises in (helper,):\n    pass\n"):
+        refusals, _ = gate.check({"pkg/utils.py": pristine + b"\n\n" + rebinding})
+        assert "test code" in {r.rule for r in refusals}, rebinding
+    refusals, _ = gate.check({"pkg/utils.py": pristine.replace(b"return 1", b"return 2")})
+    assert refusals == []

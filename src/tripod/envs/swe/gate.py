@@ -250,6 +250,14 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
     elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load) \
             and node.attr in _DENIED_ATTRS:
         yield ("reflect", _reflective_use(node, parents)), line
+    elif isinstance(node, ast.Attribute) and node.attr in ("format", "format_map") \
+            and not (isinstance(parents.get(id(node)), ast.Call)
+                     and parents[id(node)].func is node):
+        yield ("dynamic", f"`.{node.attr}` handed on as a value (its fields read "
+                          "attributes)"), line
+    elif isinstance(node, ast.Attribute) and node.attr == "__doc__" \
+            and not isinstance(node.ctx, ast.Load):
+        yield ("dynamic", "assigns `.__doc__` (doctests read their examples from it)"), line
     elif isinstance(node, ast.Attribute):
         store = not isinstance(node.ctx, ast.Load)
         on_self = isinstance(node.value, ast.Name) and node.value.id in _SELF
@@ -280,9 +288,14 @@ def _reflective_use(node: ast.AST, parents: dict[int, ast.AST]) -> str:
     Counting only the name let a statement that replaced one ``getattr(...)`` call use
     ``(getattr,)[0]``: ``getattr`` as a value, callable with any string."""
     parent = parents.get(id(node))
+    inside, up = "", parent
+    while up is not None:   # a lambda is a function of its own
+        if isinstance(up, ast.Lambda):
+            inside = " (in a lambda)"
+        up = parents.get(id(up))
     if isinstance(parent, ast.Call) and parent.func is node or \
             isinstance(parent, ast.Subscript) and parent.value is node:
-        return ast.unparse(parent)
+        return ast.unparse(parent) + inside
     return f"{ast.unparse(node)} (as a value)"
 
 
@@ -365,7 +378,9 @@ def _units(tree: ast.AST) -> list[_Unit]:
                     setattr(bare, name, [])
             nodes = list(_header(node))
             parents = {id(c): n for n in nodes for c in ast.iter_child_nodes(n)}
-            feats = [f for n in nodes for f in _features(n, parents)]
+            feats = [((role, f"{'.'.join(scope) or '<module>'}: {value}"), line)
+                     if role == "reflect" else ((role, value), line)
+                     for n in nodes for (role, value), line in _features(n, parents)]
             inner, mine = scope, special
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = (*scope, node.name)
@@ -431,15 +446,39 @@ class Vocabulary:
     names: set[str] = field(default_factory=set)
     attrs: set[str] = field(default_factory=set)
     stored_attrs: set[str] = field(default_factory=set)
+    reflective: set[str] = field(default_factory=set)
+    """The project's functions that hand a value they did not get as a literal to a denied
+    name (``getattr(obj, name)``, ``import_module(modname)``): called anew with a string
+    built at run time, such a function reaches any attribute or module (toolz's
+    ``_restore_curry`` imports a module and walks attributes named by its argument)."""
 
     def learn(self, tree: ast.AST) -> None:
         for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
+                    not node.name.startswith("__") and \
+                    any(_reflects_on_data(call) for call in ast.walk(node)):
+                self.reflective.add(node.name)
             if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
                 self.names.add(node.id)
             elif isinstance(node, ast.Attribute):
                 self.attrs.add(node.attr)
                 if not isinstance(node.ctx, ast.Load):
                     self.stored_attrs.add(node.attr)
+
+
+def _reflects_on_data(node: ast.AST) -> bool:
+    """A call of a denied name or attribute whose attribute or module argument is not a
+    literal (``getattr(obj, name)``; not ``getattr(obj, "pattern", None)``)."""
+    if not isinstance(node, ast.Call):
+        return False
+    func = node.func
+    name = func.id if isinstance(func, ast.Name) else (
+        func.attr if isinstance(func, ast.Attribute) else "")
+    if name not in _DENIED_NAMES and name not in _DENIED_ATTRS:
+        return False
+    named = node.args[1:2] if name in ("getattr", "setattr", "hasattr", "delattr") \
+        else node.args
+    return any(not isinstance(arg, ast.Constant) for arg in named) or bool(node.keywords)
 
 
 def _dunder(name: str) -> bool:
@@ -482,6 +521,9 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
         return "dunder", f"`{value}`"
     if role in _BINDING_ROLES and value in _DENIED_NAMES:
         return "denied", f"`{value}`" + ("" if role == "name" else f" ({role})")
+    if role in ("name", "attr") and value in vocab.reflective:
+        return ("denied", f"`{value}`, a project function that reaches attributes or modules "
+                "named by its arguments")
     if role == "name" and hasattr(builtins, value) and value not in _SAFE_BUILTINS \
             and value not in vocab.names:
         return "builtin", f"builtin `{value}`, which the pristine project does not use"
@@ -566,12 +608,41 @@ class Gate:
         names = self.test_helpers.get(rel)
         if not names:
             return []
-        before, after = _definitions(pristine), _definitions(parse_source(data))
+        changed = parse_source(data)
+        before, after = _definitions(pristine), _definitions(changed)
+        was, now = _bindings(pristine, names), _bindings(changed, names)
         return [Refusal(rel, "test code", f"changes `{name}`, which only the tests use",
                         getattr(after.get(name), "lineno", 0))
                 for name in sorted(names)
                 if name in before and (ast.dump(before[name]) !=
-                                       ast.dump(after[name]) if name in after else True)]
+                                       ast.dump(after[name]) if name in after else True)
+                or was.get(name, Counter()) != now.get(name, Counter())]
+
+
+def _bindings(tree: ast.Module, names: set[str]) -> dict[str, Counter[str]]:
+    """Every statement anywhere in `tree` that binds one of `names` (an assignment of any
+    form, a loop or ``with`` target, an import, ``global``, a definition), by name. Only
+    plain top-level assignments used to be compared, so ``raises: object = _r`` or a
+    rebinding inside ``if True:`` changed a test helper unseen."""
+    out: dict[str, Counter[str]] = {}
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.stmt):
+            continue
+        bound = set()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bound.add(node.name)
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            bound.update(node.names)
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        for part in _header(node):
+            if isinstance(part, ast.Name) and not isinstance(part.ctx, ast.Load):
+                bound.add(part.id)
+        for name in bound & names:
+            out.setdefault(name, Counter())[ast.dump(node) if not isinstance(
+                node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) else
+                f"def {node.name}:{ast.dump(node)}"] += 1
+    return out
 
 
 def _definitions(tree: ast.Module) -> dict[str, ast.AST]:
