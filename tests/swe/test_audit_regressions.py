@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from tests.swe.conftest import CALC, TESTS
-from tests.swe.test_attacks import BASE, FIX, _caught, _prepend, _step, needs_namespaces
+from tests.swe.test_attacks import BASE, FIX, _caught, _create, _prepend, _step, needs_namespaces
 from tests.swe.test_forgery import _earns_nothing, _env, _play, _task
 
 from tripod.envs.swe import verify
@@ -546,3 +546,32 @@ def test_a_test_helper_rebound_in_any_form_is_a_change_to_the_tests() -> None:
         assert "test code" in {r.rule for r in refusals}, rebinding
     refusals, _ = gate.check({"pkg/utils.py": pristine.replace(b"return 1", b"return 2")})
     assert refusals == []
+
+
+# --- the fifth audit ------------------------------------------------------------------------
+
+ZAP = '''import os
+
+
+def test_zap():
+    os.remove("calc/__init__.py")
+    os.symlink("/nonexistent", "calc/__init__.py")
+'''
+
+
+def test_a_deleted_source_file_is_not_run_and_earns_nothing() -> None:
+    """A missing package module can resolve to a namespace package or to an installed copy
+    of the project: the scored run would test other code than the agent's."""
+    gate = Gate({"calc/__init__.py": PRISTINE}, {})
+    refusals, broken = gate.check({"calc/__init__.py": None})
+    assert refusals == [] and [b.rule for b in broken] == ["missing"]
+
+
+@needs_namespaces
+def test_a_feedback_run_that_deletes_a_source_file_earns_nothing(calc_task: SweTask) -> None:
+    """An agent-written test file, run for feedback, replaced the library's ``__init__.py``
+    with a dangling link; the scored copy then lacked the module."""
+    step = _play(calc_task, _create("tests/test_zap.py", ZAP), "run_tests tests/test_zap.py",
+                 "submit")
+    _earns_nothing(step)
+    assert step.info.extra["test_results"] == {}     # not run at all

@@ -90,6 +90,34 @@ def test_search_not_found_shows_the_nearest_lines() -> None:
     assert "nearest" not in str(err.value)  # nothing close: no misleading lines
 
 
+def test_nearest_lines_work_is_bounded_whatever_the_file(monkeypatch) -> None:
+    """Lines that pass difflib's quick checks but stay under the threshold (each full ratio
+    quadratic in the line length) once made one failed edit cost minutes: the full ratio now
+    runs on a few screened lines per SEARCH line, and the screen reads a bounded prefix."""
+    import difflib
+
+    from tripod.envs.swe import tools
+
+    full = []
+    real_ratio = difflib.SequenceMatcher.ratio
+    monkeypatch.setattr(difflib.SequenceMatcher, "ratio",
+                        lambda self: full.append(1) or real_ratio(self))
+    text = ("ab" * 100 + "\n") * 300
+    wanted = "".join(c * 100 + "b" * 100 + "\n" for c in "aaa")
+    assert tools.nearest_lines(text, wanted) == ""     # nothing close enough to show
+    assert 0 < len(full) <= 3 * tools.NEAR_FULL_RATIOS
+    screened = []
+    real_quick = difflib.SequenceMatcher.quick_ratio
+    monkeypatch.setattr(difflib.SequenceMatcher, "quick_ratio",
+                        lambda self: screened.append(1) or real_quick(self))
+    tools.nearest_lines(text * 20, wanted)             # 6,000 lines of 200 characters
+    assert len(screened) <= 3 * tools.NEAR_MAX_CHARS // 200
+    # the window still lands on the best line of a long file
+    lines = [f"value_{i} = compute({i}, 'x')" for i in range(5000)]
+    found = tools.nearest_lines("\n".join(lines) + "\n", "value_700 = compute(700, 'y')\n")
+    assert "value_700 = compute(700, 'x')" in found
+
+
 def test_failed_edits_name_line_numbers() -> None:
     twice = ToolCall("edit", path="m.py", old="a = 1\n", new="a = 2\n")
     with pytest.raises(ToolCallError, match=r"2 times in m.py \(at lines 1, 3\)"):

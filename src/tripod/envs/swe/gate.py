@@ -166,8 +166,8 @@ class Refusal:
 
     path: str
     rule: str
-    """encoding, syntax, import, dunder, denied, builtin, attribute, string, dynamic, size
-    or depth."""
+    """encoding, syntax, import, dunder, denied, builtin, attribute, string, dynamic, size,
+    depth or missing."""
     detail: str
     line: int = 0
 
@@ -581,12 +581,18 @@ class Gate:
             self.allowed[rel] = Counter(added_features(self.trees[rel], tree))
 
     def check(self, changes: dict[str, bytes | None]) -> tuple[list[Refusal], list[Refusal]]:
-        """(refusals: tampering; unparsable: changed files that do not parse)."""
+        """(refusals: tampering; broken: changed files that do not parse, and source files
+        that are gone)."""
         refusals: list[Refusal] = []
         broken: list[Refusal] = []
         for rel, data in sorted(changes.items()):
             if data is None:
-                continue  # a deleted module fails the imports of its tests, nothing more
+                # Not run: a missing package module does not just fail its imports, the name
+                # can resolve to a namespace package or to an installed copy of the project
+                # elsewhere on the path, which would then be tested instead of the agent's.
+                broken.append(Refusal(rel, "missing", "the source file was deleted or is no "
+                                      "longer a regular file"))
+                continue
             growth = len(data) - self.sizes.get(rel, 0)
             if growth > MAX_GROWTH:
                 refusals.append(Refusal(rel, "size", f"the change adds {growth} bytes (at "

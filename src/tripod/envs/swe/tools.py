@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ast
 import difflib
+import heapq
 import re
 import shlex
 from collections.abc import Iterator
@@ -453,6 +454,13 @@ NEAR_MAX_FILE_LINES = 20_000
 """Lines of a file compared with a SEARCH text that was not found (bounds the cost)."""
 NEAR_LINE_CHARS = 200
 """Characters of each line compared."""
+NEAR_MAX_CHARS = 200_000
+"""Characters of the file screened per SEARCH line (difflib's linear `quick_ratio`)."""
+NEAR_FULL_RATIOS = 3
+"""Lines per SEARCH line that get difflib's full (quadratic) ratio: those whose quick ratio,
+an upper bound of the full one, is highest. Without this bound a file of lines that pass the
+quick checks but not the threshold (each full ratio of two 200-character lines can take
+0.1 s) made one failed edit's feedback cost minutes of the trainer's time."""
 
 
 def _line_numbers(text: str, needle: str, most: int = 5) -> list[int]:
@@ -467,7 +475,9 @@ def _line_numbers(text: str, needle: str, most: int = 5) -> list[int]:
 def nearest_lines(text: str, wanted: str) -> str:
     """The lines of `text` most like the SEARCH text `wanted`, numbered ("" if none is
     close). The best line match (indentation ignored, difflib's ratio) of one of its first
-    three lines places the window; an agent then sees what to copy or which lines to edit."""
+    three lines places the window; an agent then sees what to copy or which lines to edit.
+    The work is bounded whatever the file: a linear screen of at most `NEAR_MAX_CHARS`
+    characters, then at most `NEAR_FULL_RATIOS` full ratios, per SEARCH line."""
     lines = split_lines(text)
     keys = [line.strip()[:NEAR_LINE_CHARS] for line in lines[:NEAR_MAX_FILE_LINES]]
     wanted_lines = split_lines(wanted)
@@ -476,14 +486,23 @@ def nearest_lines(text: str, wanted: str) -> str:
     for offset, want in [(k, w.strip()[:NEAR_LINE_CHARS]) for k, w in enumerate(wanted_lines)
                          if w.strip()][:3]:
         matcher.set_seq2(want)
+        screened, chars = [], 0
         for i, key in enumerate(keys):
+            chars += len(key)
+            if chars > NEAR_MAX_CHARS:
+                break
             if not key:
                 continue
             matcher.set_seq1(key)
-            if matcher.real_quick_ratio() > best and matcher.quick_ratio() > best:
-                ratio = matcher.ratio()
-                if ratio > best:
-                    best, start = ratio, i - offset
+            if matcher.real_quick_ratio() > best:
+                quick = matcher.quick_ratio()
+                if quick > best:
+                    screened.append((quick, -i))
+        for _, minus_i in heapq.nlargest(NEAR_FULL_RATIOS, screened):
+            matcher.set_seq1(keys[-minus_i])
+            ratio = matcher.ratio()
+            if ratio > best:
+                best, start = ratio, -minus_i - offset
     if start is None:
         return ""
     lo = max(start - 1, 0)
