@@ -61,6 +61,17 @@ def test_eval_reports_interval(capsys):
     assert res["episodes"] == 2 and len(res["ci95"]) == 2
 
 
+def test_eval_imitation_scores_the_experts_turns(capsys):
+    """`tripod eval --imitation`: the expert plays the games, the model is scored on its
+    turns (teacher-forced), and nothing is played by the model."""
+    assert main(["eval", "--imitation", "--checkpoint", "tiny", "--env", "toy/letters-2",
+                 "--split", "valid", "--episodes", "3", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert res["demonstrations"] == 3 and res["turns"] >= 3
+    assert 0 <= res["correct"] <= res["turns"] and res["accuracy"] == res["correct"] / res["turns"]
+    assert res["provenance"]["commit"]
+
+
 @pytest.mark.parametrize("kind", ["TrainingStopped", "NoDemonstrationsError", "RuntimeError"])
 def test_a_run_that_stops_itself_is_one_error_line(kind, monkeypatch, capsys):
     """A run's own stop (a guard, no demonstrations) prints its reason and exits 1; any

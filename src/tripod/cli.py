@@ -180,6 +180,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
     from tripod.eval.evaluate import evaluate
     from tripod.policy import load_policy
 
+    if args.imitation:
+        return _imitation(args)
     sampling, rcfg = eval_settings(args)
     record = collect() if args.json else None   # the machine before the evaluation loads it
     policy = load_policy(args.checkpoint)
@@ -191,6 +193,34 @@ def cmd_eval(args: argparse.Namespace) -> int:
         print(json.dumps({**out, "provenance": record.to_dict()}))
     else:
         print(res.summary())
+    return 0
+
+
+def _imitation(args: argparse.Namespace) -> int:
+    """`tripod eval --imitation`: teacher-forced next-action accuracy on the expert's
+    demonstrations of the games, played with the checkpoint recipe's demonstration options
+    (`sft.env_options`) and reply restriction."""
+    from tripod.core.config import TrainConfig, env_options, read_recipe
+    from tripod.core.provenance import collect
+    from tripod.policy import load_policy
+    from tripod.train.sft import action_accuracy, expert_demonstrations
+
+    recipe = read_recipe(args.checkpoint) if Path(args.checkpoint).is_dir() else None
+    cfg = recipe or TrainConfig()
+    record = collect() if args.json else None
+    policy = load_policy(args.checkpoint)
+    options = {**env_options(cfg, args.env), **cfg.sft.env_options}
+    demos = expert_demonstrations(policy, cfg, args.env, args.split, args.episodes,
+                                  max_turns=args.max_turns, options=options)
+    acc = action_accuracy(policy, demos, cfg.rollout.restrict_actions)
+    if record is not None:
+        print(json.dumps({"env_id": args.env, "split": args.split, "games": args.episodes,
+                          "demonstrations": len(demos), **acc.to_json(),
+                          "provenance": record.to_dict()}))
+    else:
+        print(f"next-action accuracy {acc.rate:.1%} ({acc.correct}/{acc.turns} expert turns of "
+              f"{len(demos)} won demonstrations; {acc.off_list} not admissible) on {args.env} "
+              f"[{args.split}]")
     return 0
 
 
@@ -285,6 +315,9 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--batch-size", type=int, default=None,
                     help="episodes at once; default: the checkpoint recipe's eval.batch_size "
                          "(else its rollout.batch_size; 16 without a recipe)")
+    ev.add_argument("--imitation", action="store_true",
+                    help="instead of playing: teacher-forced next-action accuracy on the "
+                    "expert's demonstrations of the games (the recipe's sft.env_options)")
     ev.add_argument("--json", action="store_true",
                     help="one JSON object: the result and its provenance (commit, machine)")
     ev.set_defaults(fn=cmd_eval)

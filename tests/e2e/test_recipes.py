@@ -47,7 +47,8 @@ EXTRA = {
 # the searching expert needs up to ~30 turns; replies are restricted to admissible commands,
 # so the tiny model's episodes are valid play to the turn cap
 EXTRA["alfworld-cpu"] = ["sft.max_turns=40", "eval.games=1", "train.eval_every=2",
-                         "train.eval_games=1", "rollout.train.max_new_tokens=12",
+                         "train.eval_games=1", "sft.heldout_games=1",
+                         "rollout.train.max_new_tokens=12",
                          "rollout.eval.max_new_tokens=12",
                          "eval.env_ids=[alfworld/generated-pick_and_place_simple]",
                          "env.options_by_env={alfworld/generated-pick_and_place_simple: "
@@ -74,6 +75,9 @@ def test_recipe_runs_end_to_end(tmp_path, name):
     assert set(results["eval"]["final"]) == set(cfg.eval.env_ids or [cfg.env.id])
     if cfg.sft.enabled:  # a recovery demo that misses the turn cap is dropped
         assert results["sft_train"]["demos"] >= 3
+    if "sft.heldout_games=1" in EXTRA.get(name, []):   # accuracy before and after SFT
+        held = results["sft_heldout"]
+        assert held["won"] == 1 and held["base"]["turns"] == held["sft"]["turns"] > 0
     history = results["rl_history"]
     assert len(history) == 2
     for h in history:

@@ -36,6 +36,14 @@ def test_trie_allows_exactly_the_continuations_of_the_commands():
         CommandTrie([])
 
 
+def test_trie_path_lists_each_steps_allowed_ids_of_a_whole_command():
+    trie = CommandTrie([[1, 2, EOS], [1, 3, EOS], [1, 2, 4, EOS], [5, EOS]])
+    assert trie.path([1, 2, EOS]) == [[1, 5], [2, 3], [4, EOS]]
+    assert trie.path([5, EOS]) == [[1, 5], [EOS]]
+    assert trie.path([1, 2]) is None            # stops before the command's end
+    assert trie.path([1, 7, EOS]) is None       # leaves the trie
+
+
 def test_trie_of_commands_tokenizes_like_a_demonstration(tiny_policy_factory):
     tok = tiny_policy_factory().tokenizer
     commands = ["go to desk 1", "go to desk 10", "open drawer 2", "go to desk 1", ""]

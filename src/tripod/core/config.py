@@ -258,6 +258,12 @@ class SFTSection(_Section):
     quickstart at 8.9 GB."""
     max_turns: int | None = None
     """Turn cap for demonstrations of `env.id` (defaults to env.max_turns)."""
+    heldout_games: int = Field(0, ge=0)
+    """Expert demonstrations on the first N `valid` games of `env.id`, never trained on: before
+    and after SFT the run reports the teacher-forced next-action accuracy on them (the share
+    of expert turns the model would reply to with the expert's action; results.json
+    `sft_heldout`). A minute of forward passes instead of a full evaluation, for tuning SFT.
+    0: not measured."""
     env_ids: list[str] = Field(default_factory=list)
     """More env ids to take demonstrations from besides `env.id` (their `sft` split, the same
     numbers of expert and recovery games each, their default options and the paper's turn

@@ -64,6 +64,18 @@ class CommandTrie:
                 return []
         return sorted(node)
 
+    def path(self, ids: Sequence[int]) -> list[list[int]] | None:
+        """The allowed ids at each step of the reply `ids` (as `Sample.allowed` records them),
+        or None when `ids` is not one of the trie's commands (it leaves the trie or stops
+        before a command's end)."""
+        node, steps = self._root, []
+        for tok in ids:
+            steps.append(sorted(node))
+            node = node.get(tok)
+            if node is None:
+                return None
+        return steps if not node else None
+
 
 def mask_logits(logits: Tensor, allowed: Sequence[Sequence[int] | None]) -> Tensor:
     """`logits` [B, V] with every id outside row b's `allowed[b]` set to `MASKED_LOGIT`;

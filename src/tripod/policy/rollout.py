@@ -323,13 +323,18 @@ class RolloutEngine:
         return CommandTrie.of_commands(self.policy.tokenizer, ep.info.admissible_actions or [],
                                        self.policy.eos_token_ids[0], sampling.max_new_tokens)
 
-    def _scripted(self, active: list[_Episode]) -> list[Sample]:
+    def _scripted(self, active: list[_Episode], sampling: SamplingParams) -> list[Sample]:
+        """The actors' replies. With restricted replies each records, as sampling would, the
+        ids the admissible commands allow at each of its steps (None where the reply is not
+        an admissible command): what teacher-forced accuracy under the restriction reads."""
         tok, eos = self.policy.tokenizer, self.policy.eos_token_ids[0]
         samples = []
         for ep in active:
             action: ScriptedAction = ep.scripted.act(ep.observation, ep.info)
             ids = tok(action.text, add_special_tokens=False)["input_ids"] + [eos]
-            samples.append(Sample(ids, [0.0] * len(ids), ended=True, trainable=action.trainable))
+            trie = self._trie(ep, sampling) if self.cfg.restrict_actions else None
+            samples.append(Sample(ids, [0.0] * len(ids), ended=True, trainable=action.trainable,
+                                  allowed=trie.path(ids) if trie is not None else None))
         return samples
 
     def _turn(self, active: list[_Episode], sampling: SamplingParams,
@@ -338,7 +343,7 @@ class RolloutEngine:
         """Sample every episode's reply and send its action to its env (not waited for).
         `arena`: the KV arena of the episodes in flight, for new episodes to join."""
         scripted = active[0].scripted is not None
-        samples = (self._scripted(active) if scripted
+        samples = (self._scripted(active, sampling) if scripted
                    else self._sample(active, sampling, arena))
         stats.generated_tokens += sum(len(s.ids) for s in samples)
         texts = [self.policy.tokenizer.decode(s.ids, skip_special_tokens=True) for s in samples]

@@ -31,8 +31,10 @@ from tripod.train.common import StagePeaks, prepare_run_dir, release_memory, see
 from tripod.train.distributed import init_parallel, shutdown_parallel
 from tripod.train.rl import train_rl, training_env_ids
 from tripod.train.sft import (
+    action_accuracy,
     collect_demonstrations,
     demo_rows,
+    expert_demonstrations,
     sft_env_ids,
     sft_options,
     train_sft,
@@ -59,6 +61,8 @@ def run_plan(cfg: TrainConfig) -> list[tuple[str, str, int, dict]]:
              for env_id in eval_env_ids(cfg)]
     if cfg.train.eval_every:
         plan.append((cfg.env.id, "valid", cfg.train.eval_games, cfg.env.options))
+    if cfg.sft.enabled and cfg.sft.heldout_games:
+        plan.append((cfg.env.id, "valid", cfg.sft.heldout_games, sft_options(cfg, cfg.env.id)))
     return [step for step in plan if step[2] > 0]
 
 
@@ -191,6 +195,12 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
         clock.boundary(policy, "start")
     if not cfg.sft.enabled:
         return policy
+    heldout = []
+    if cfg.sft.heldout_games:
+        with paused(clock):
+            heldout = expert_demonstrations(policy, cfg, cfg.env.id, "valid",
+                                            cfg.sft.heldout_games, pool)
+            _heldout_accuracy("base", policy, heldout, cfg, results)
     t0 = time.perf_counter()
     with StageProgress("demonstrations", 1, "collections", console=console) as bar:
         demos = collect_demonstrations(policy, cfg, pool)
@@ -202,11 +212,26 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
                             "final_loss": sft.final_loss, "seconds": sft.seconds}
     if clock is not None:
         clock.boundary(policy, "sft")
+    if heldout:
+        with paused(clock):
+            _heldout_accuracy("sft", policy, heldout, cfg, results)
     if cfg.eval.before_training:
         with paused(clock):
             evaluate_all("sft", policy, cfg, results, pool)
     return policy
 
+
+
+def _heldout_accuracy(stage: str, policy: Policy, demos: list, cfg: TrainConfig,
+                      results: dict) -> None:
+    """Teacher-forced next-action accuracy on the held-out demonstrations, printed and kept
+    in results.json (`sft_heldout`)."""
+    acc = action_accuracy(policy, demos, cfg.rollout.restrict_actions,
+                          cfg.sft.micro_batch_size)
+    results.setdefault("sft_heldout", {"games": cfg.sft.heldout_games, "won": len(demos)})
+    results["sft_heldout"][stage] = acc.to_json()
+    console.print(f"[bold]{stage}[/bold]: next-action accuracy {acc.rate:.1%} on {acc.turns} "
+                  f"expert turns of {len(demos)} held-out demonstrations ({cfg.env.id} valid)")
 
 
 def print_table(results: dict) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import time
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -22,6 +22,7 @@ from tripod.core.progress import StageProgress
 from tripod.core.types import Trajectory
 from tripod.envs.pool import EnvPool
 from tripod.policy.models import Policy, use_checkpointing
+from tripod.policy.restrict import restricted_logits
 from tripod.policy.rollout import RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.policy.settings import rollout_config
@@ -29,6 +30,7 @@ from tripod.train.batch import (
     Row,
     TrainBatch,
     collate,
+    decoder_hidden,
     on_device,
     token_logprobs,
     trajectory_rows,
@@ -80,20 +82,102 @@ def _play_demonstrations(policy: Policy, cfg: TrainConfig, env_id: str,
     """One env id's expert and recovery episodes. The recipe's env gets its options,
     `sft.env_options` and `sft.max_turns`; another env id its own options (`env.options_by_env`)
     and the paper's cap."""
-    own = env_id == cfg.env.id
-    rcfg = rollout_config(cfg, max_turns=cfg.sft.max_turns if own else turn_cap(cfg, env_id))
-    rcfg.env_options = sft_options(cfg, env_id)
-    engine = RolloutEngine(policy, rcfg, pool=pool)
-    greedy = SamplingParams(temperature=0.0)
-    plain = make_jobs(env_id, "sft", list(range(cfg.sft.games)), 1, cfg.run.seed)
-    played, _ = engine.collect(plain, greedy, actor=expert_actor(0.0))
+    played = _expert_episodes(policy, cfg, env_id, "sft", range(cfg.sft.games), 0.0,
+                              cfg.run.seed, pool)
     if cfg.sft.recovery_games:
-        games = list(range(cfg.sft.games, cfg.sft.games + cfg.sft.recovery_games))
-        noisy = make_jobs(env_id, "sft", games, 1, cfg.run.seed + 1)
-        more, _ = engine.collect(noisy, greedy, actor=expert_actor(cfg.sft.recovery_noise))
-        played += more
-    engine.close()
+        games = range(cfg.sft.games, cfg.sft.games + cfg.sft.recovery_games)
+        played += _expert_episodes(policy, cfg, env_id, "sft", games, cfg.sft.recovery_noise,
+                                   cfg.run.seed + 1, pool)
     return played
+
+
+def _expert_episodes(policy: Policy, cfg: TrainConfig, env_id: str, split: str,
+                     games: range, noise: float, seed: int, pool: EnvPool | None,
+                     max_turns: int | None = None,
+                     options: dict | None = None) -> list[Trajectory]:
+    own = env_id == cfg.env.id
+    cap = max_turns or (cfg.sft.max_turns if own else turn_cap(cfg, env_id))
+    rcfg = rollout_config(cfg, max_turns=cap)
+    rcfg.env_options = sft_options(cfg, env_id) if options is None else options
+    engine = RolloutEngine(policy, rcfg, pool=pool)
+    try:
+        played, _ = engine.collect(make_jobs(env_id, split, list(games), 1, seed),
+                                   SamplingParams(temperature=0.0), actor=expert_actor(noise))
+    finally:
+        engine.close()
+    return played
+
+
+def expert_demonstrations(policy: Policy, cfg: TrainConfig, env_id: str, split: str,
+                          games: int, pool: EnvPool | None = None,
+                          max_turns: int | None = None,
+                          options: dict | None = None) -> list[Trajectory]:
+    """The expert's won episodes on the first `games` games of `split`, played as the
+    recipe's demonstrations are (`options`: other env options), never trained on (`split`
+    is `valid` or `test`)."""
+    played = _expert_episodes(policy, cfg, env_id, split, range(games), 0.0, cfg.run.seed,
+                              pool, max_turns, options)
+    return [d for d in played if not d.failed and d.won]
+
+
+@dataclass
+class ActionAccuracy:
+    """Teacher-forced next-action accuracy on demonstrations (`action_accuracy`)."""
+
+    turns: int
+    """Expert turns scored (the trainable turns of the demonstrations)."""
+    correct: int
+    """Turns whose every token is the model's most likely next token."""
+    restricted: int
+    """Turns scored among the admissible commands only (restricted replies)."""
+    off_list: int
+    """Expert replies that are not one of the env's admissible commands, with restricted
+    replies on (scored freely; a policy restricted to the list could not say them)."""
+
+    @property
+    def rate(self) -> float:
+        return self.correct / max(self.turns, 1)
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "accuracy": self.rate}
+
+
+@torch.no_grad()
+def action_accuracy(policy: Policy, demos: list[Trajectory], restricted: bool,
+                    micro_batch_size: int = 1) -> ActionAccuracy:
+    """The share of the demonstrations' expert turns that greedy decoding would reproduce
+    given the expert's own history: every token of the reply, end-of-turn id included, is the
+    argmax of the model's next-token distribution there. A turn recorded with allowed ids
+    (restricted replies) is scored among those ids, as restricted decoding chooses."""
+    rows = demo_rows(demos)
+    was_training = policy.model.training
+    policy.model.eval()
+    hits: dict[tuple[int, int], bool] = {}
+    restricted_turns: set[tuple[int, int]] = set()
+    for part in chunks(rows, micro_batch_size):
+        mb = on_device(collate(part, policy.pad_token_id), policy.device)
+        hidden = decoder_hidden(policy.model, mb.input_ids, mb.attention_mask)   # [B, T, H]
+        select = mb.loss_mask[:, 1:] > 0                                        # [B, T-1]
+        logits = policy.model.get_output_embeddings()(hidden[:, :-1][select]).float()
+        if mb.allowed_ids is not None:
+            allowed = mb.allowed_ids[:, 1:][select]                             # [N, K]
+            logits = restricted_logits(logits, allowed)
+            on_list = (allowed >= 0).any(dim=-1)
+        else:
+            on_list = torch.zeros(logits.shape[0], dtype=torch.bool)
+        hit = logits.argmax(dim=-1) == mb.input_ids[:, 1:][select]              # [N]
+        rows_of = torch.arange(mb.num_rows, device=select.device)[:, None].expand_as(select)
+        episodes = mb.episode_ids.to(select.device)[rows_of[select]]
+        turns = mb.turn_ids[:, 1:][select]
+        for ep, turn, ok, listed in zip(episodes.tolist(), turns.tolist(), hit.tolist(),
+                                        on_list.tolist()):
+            hits[ep, turn] = hits.get((ep, turn), True) and ok
+            if listed:
+                restricted_turns.add((ep, turn))
+    policy.model.train(was_training)
+    return ActionAccuracy(turns=len(hits), correct=sum(hits.values()),
+                          restricted=len(restricted_turns),
+                          off_list=len(hits) - len(restricted_turns) if restricted else 0)
 
 
 def describe_failures(played: list[Trajectory], env_id: str) -> str:
