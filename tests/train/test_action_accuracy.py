@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from tripod.policy.rollout import RolloutConfig, RolloutEngine, expert_actor, make_jobs
 from tripod.policy.sampler import SamplingParams
 from tripod.train.sft import action_accuracy
@@ -54,3 +56,32 @@ def test_scripted_demonstrations_record_the_commands_allowed_ids(tiny_policy_fac
     assert all(x.allowed_ids is None for t in plain for x in t.turns)
     acc = action_accuracy(policy, demos, restricted=True)
     assert acc.turns == len(turns) and acc.restricted == len(turns)
+
+
+def test_restricted_sft_loss_is_the_nll_among_the_allowed_ids(tiny_policy_factory):
+    """`sft.restricted_loss`: a demonstration token's loss is -log of its share among the
+    ids its step allowed (a hand-made softmax over them); a forced token costs nothing."""
+    import torch
+
+    from tripod.core.config import load_config
+    from tripod.train.batch import collate, decoder_hidden
+    from tripod.train.sft import demo_rows, sft_loss
+
+    policy = tiny_policy_factory()
+    demos = _greedy(policy, restrict=True, actor=expert_actor(0.0))
+    batch = collate(demo_rows(demos[:1]), policy.pad_token_id)
+    with torch.no_grad():
+        free, n = sft_loss(policy, batch)
+        restricted, n_r = sft_loss(policy, batch, restricted=True)
+        hidden = decoder_hidden(policy.model, batch.input_ids, batch.attention_mask)
+        logits = policy.model.get_output_embeddings()(hidden).float()
+    expected = 0.0
+    for t in range(1, batch.input_ids.shape[1]):
+        if batch.loss_mask[0, t] > 0:
+            ids = [i for i in batch.allowed_ids[0, t].tolist() if i >= 0]
+            share = torch.log_softmax(logits[0, t - 1, ids], dim=-1)
+            expected -= float(share[ids.index(int(batch.input_ids[0, t]))])
+    assert n == n_r and float(restricted) == pytest.approx(expected, rel=1e-4, abs=1e-5)
+    assert float(restricted) < float(free)
+    with pytest.raises(ValueError, match="restrict_actions"):
+        load_config(overrides=["model.name=tiny", "sft.restricted_loss=true"])

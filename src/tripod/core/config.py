@@ -258,6 +258,13 @@ class SFTSection(_Section):
     quickstart at 8.9 GB."""
     max_turns: int | None = None
     """Turn cap for demonstrations of `env.id` (defaults to env.max_turns)."""
+    restricted_loss: bool = False
+    """With `rollout.restrict_actions`: the NLL of each demonstration token under the
+    restricted distribution the policy samples from (the softmax over the ids the admissible
+    commands allow at that step), not over the whole vocabulary. The model is then trained
+    only to choose among the commands, which is all restricted decoding asks of it; tokens
+    that only one command allows carry no loss. Demonstration turns whose action is not
+    admissible keep the full-vocabulary NLL."""
     heldout_games: int = Field(0, ge=0)
     """Expert demonstrations on the first N `valid` games of `env.id`, never trained on: before
     and after SFT the run reports the teacher-forced next-action accuracy on them (the share
@@ -401,6 +408,13 @@ class TrainConfig(_Section):
                 f"rollout.group_size: {self.algo.estimator} needs groups of at least "
                 f"{spec.min_group_size} episodes of the same game (got {self.rollout.group_size});"
                 " a group of 1 has no baseline")
+        return self
+
+    @model_validator(mode="after")
+    def _check_restricted_loss(self) -> TrainConfig:
+        if self.sft.restricted_loss and not self.rollout.restrict_actions:
+            raise ValueError("sft.restricted_loss needs rollout.restrict_actions=true (the "
+                             "demonstrations record the allowed ids only then)")
         return self
 
     @model_validator(mode="after")

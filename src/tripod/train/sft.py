@@ -198,11 +198,14 @@ def demo_rows(demos: list[Trajectory]) -> list[Row]:
     return [row for d in demos for row in trajectory_rows(d, [0.0] * d.num_turns)]
 
 
-def sft_loss(policy: Policy, batch: TrainBatch) -> tuple[torch.Tensor, int]:
-    """Summed NLL over agent tokens and the token count (so callers can token-mean)."""
+def sft_loss(policy: Policy, batch: TrainBatch,
+             restricted: bool = False) -> tuple[torch.Tensor, int]:
+    """Summed NLL over agent tokens and the token count (so callers can token-mean);
+    `restricted`: under the recorded allowed ids where a turn has them (`sft.restricted_loss`)."""
     mask = batch.loss_mask
     logp, _, _ = token_logprobs(policy.model, batch.input_ids, batch.attention_mask,
-                                loss_mask=mask)
+                                loss_mask=mask,
+                                allowed_ids=batch.allowed_ids if restricted else None)
     return -(logp * mask).sum(), int(mask.sum())
 
 
@@ -217,7 +220,7 @@ def sft_step(policy: Policy, rows: list[Row], cfg: TrainConfig, opt: torch.optim
     for part in chunks(list(range(len(rows))), cfg.sft.micro_batch_size):
         # Rows are collated on the CPU; each micro-batch moves to the model's device.
         mb = on_device(collate([rows[i] for i in part], policy.pad_token_id), policy.device)
-        nll, _ = sft_loss(policy, mb)
+        nll, _ = sft_loss(policy, mb, cfg.sft.restricted_loss)
         (nll / max(n, 1)).backward()
         total += float(nll.detach())
     torch.nn.utils.clip_grad_norm_(params, cfg.algo.grad_clip)
