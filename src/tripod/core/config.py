@@ -258,6 +258,16 @@ class SFTSection(_Section):
     quickstart at 8.9 GB."""
     max_turns: int | None = None
     """Turn cap for demonstrations of `env.id` (defaults to env.max_turns)."""
+    dagger_games: int = Field(0, ge=0)
+    """DAgger after SFT: this many more `sft` games of `env.id` are played with the SFT'd
+    model replying on a share `dagger_share` of the turns (greedy, as evaluated; never
+    imitated) and the expert on the rest, so the expert's turns start from states the model
+    led to (its detours and loops). SFT then runs `dagger_epochs` more epochs over the
+    demonstrations and these episodes together. 0: off."""
+    dagger_share: float = Field(0.5, gt=0.0, lt=1.0)
+    """Probability per turn that the model, not the expert, replies in a DAgger episode."""
+    dagger_epochs: int = Field(1, ge=1)
+    """Epochs over demonstrations + DAgger episodes after the DAgger games."""
     restricted_loss: bool = False
     """With `rollout.restrict_actions`: the NLL of each demonstration token under the
     restricted distribution the policy samples from (the softmax over the ids the admissible

@@ -36,6 +36,10 @@ class ScriptedAction:
     trainable: bool = True
     """False for a deliberate mistake (recovery demonstrations): it is played but never
     imitated."""
+    by_policy: bool = False
+    """The model being trained replies this turn instead (DAgger-style demonstrations,
+    `sft.dagger_games`): the rollout engine samples it, and it is never imitated. `text` is
+    then unused. Outside the rollout engine there is no model: `tripod play` refuses it."""
 
 
 class ScriptedPolicy(Protocol):
@@ -60,10 +64,14 @@ class ExpertPolicy:
     env_id: str
     noise: float = 0.0
     rng: random.Random = field(default_factory=random.Random)
+    policy_share: float = 0.0
+    """Probability per turn of handing the turn to the model being trained (`by_policy`)."""
 
     def act(self, observation: str, info: StepInfo) -> ScriptedAction:
         if info.expert_action is None:
             raise ValueError(f"{self.env_id} gave no expert_action; the expert policy needs one")
+        if self.policy_share > 0 and self.rng.random() < self.policy_share:
+            return ScriptedAction("", trainable=False, by_policy=True)
         if self.noise > 0 and info.admissible_actions and self.rng.random() < self.noise:
             return ScriptedAction(self.rng.choice(info.admissible_actions), trainable=False)
         return ScriptedAction(info.expert_action)
@@ -185,7 +193,11 @@ def play_episode(env: Env, policy: ScriptedPolicy, index: int, max_turns: int,
                            info.max_score, 0)
     terminated = False
     while record.turns < max_turns and not terminated:
-        action = policy.act(observation, info).text
+        chosen = policy.act(observation, info)
+        if chosen.by_policy:
+            raise ValueError("a scripted policy handed a turn to a model; only the rollout "
+                             "engine has one")
+        action = chosen.text
         step = env.step(action)
         observation, info = step.observation, step.info
         record.turns += 1

@@ -188,8 +188,9 @@ class RolloutEngine:
         """Play every job; trajectories come back in job order.
 
         With an `actor` (a scripted policy per episode, e.g. the expert for SFT data) the
-        model is not run: the actor's text is tokenized as the reply, so demonstrations get
-        exactly the prompt formatting and action parsing that RL rollouts get.
+        model is not run, except on the turns the actor hands to it: the actor's text is
+        tokenized as the reply, so demonstrations get exactly the prompt formatting and
+        action parsing that RL rollouts get.
         """
         stats = RolloutStats()
         start = time.perf_counter()
@@ -323,18 +324,32 @@ class RolloutEngine:
         return CommandTrie.of_commands(self.policy.tokenizer, ep.info.admissible_actions or [],
                                        self.policy.eos_token_ids[0], sampling.max_new_tokens)
 
-    def _scripted(self, active: list[_Episode], sampling: SamplingParams) -> list[Sample]:
+    def _scripted(self, active: list[_Episode], sampling: SamplingParams,
+                  arena: KVArena | None = None) -> list[Sample]:
         """The actors' replies. With restricted replies each records, as sampling would, the
         ids the admissible commands allow at each of its steps (None where the reply is not
-        an admissible command): what teacher-forced accuracy under the restriction reads."""
+        an admissible command): what teacher-forced accuracy under the restriction reads.
+        A turn an actor hands to the model (`ScriptedAction.by_policy`) is sampled as in RL
+        and marked not trainable: the actor's own turns after it start from states the
+        model led to (DAgger)."""
         tok, eos = self.policy.tokenizer, self.policy.eos_token_ids[0]
-        samples = []
-        for ep in active:
+        samples: list[Sample | None] = []
+        handed = []
+        for k, ep in enumerate(active):
             action: ScriptedAction = ep.scripted.act(ep.observation, ep.info)
+            if action.by_policy:
+                samples.append(None)
+                handed.append(k)
+                continue
             ids = tok(action.text, add_special_tokens=False)["input_ids"] + [eos]
             trie = self._trie(ep, sampling) if self.cfg.restrict_actions else None
             samples.append(Sample(ids, [0.0] * len(ids), ended=True, trainable=action.trainable,
                                   allowed=trie.path(ids) if trie is not None else None))
+        if handed:
+            for k, sample in zip(handed, self._sample([active[k] for k in handed], sampling,
+                                                      arena)):
+                sample.trainable = False
+                samples[k] = sample
         return samples
 
     def _turn(self, active: list[_Episode], sampling: SamplingParams,
@@ -343,7 +358,7 @@ class RolloutEngine:
         """Sample every episode's reply and send its action to its env (not waited for).
         `arena`: the KV arena of the episodes in flight, for new episodes to join."""
         scripted = active[0].scripted is not None
-        samples = (self._scripted(active, sampling) if scripted
+        samples = (self._scripted(active, sampling, arena) if scripted
                    else self._sample(active, sampling, arena))
         stats.generated_tokens += sum(len(s.ids) for s in samples)
         texts = [self.policy.tokenizer.decode(s.ids, skip_special_tokens=True) for s in samples]
@@ -466,10 +481,13 @@ class RolloutEngine:
             ep.row.release()
 
 
-def expert_actor(noise: float = 0.0) -> ScriptedFactory:
+def expert_actor(noise: float = 0.0, policy_share: float = 0.0) -> ScriptedFactory:
     """The env's expert for each episode; with `noise` > 0 a random admissible action is taken
-    instead with that probability and marked not trainable (recovery demonstrations)."""
-    return lambda job: ExpertPolicy(job.env_id, noise, random.Random(job.sample_seed))
+    instead with that probability and marked not trainable (recovery demonstrations); with
+    `policy_share` > 0 the model replies instead with that probability, not trainable either
+    (DAgger: the expert labels the states the model leads to)."""
+    return lambda job: ExpertPolicy(job.env_id, noise, random.Random(job.sample_seed),
+                                    policy_share)
 
 
 def random_actor() -> ScriptedFactory:

@@ -33,6 +33,7 @@ from tripod.train.rl import train_rl, training_env_ids
 from tripod.train.sft import (
     action_accuracy,
     collect_demonstrations,
+    dagger_episodes,
     demo_rows,
     expert_demonstrations,
     sft_env_ids,
@@ -54,7 +55,8 @@ def run_plan(cfg: TrainConfig) -> list[tuple[str, str, int, dict]]:
     plan = [(env_id, "train", train_games, env_options(cfg, env_id))
             for env_id in training_env_ids(cfg)]
     if cfg.sft.enabled:
-        plan += [(env_id, "sft", cfg.sft.games + cfg.sft.recovery_games,
+        plan += [(env_id, "sft", cfg.sft.games + cfg.sft.recovery_games
+                  + (cfg.sft.dagger_games if env_id == cfg.env.id else 0),
                   sft_options(cfg, env_id))
                  for env_id in sft_env_ids(cfg)]
     plan += [(env_id, cfg.eval.split, cfg.eval_games(env_id), env_options(cfg, env_id))
@@ -205,11 +207,18 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
     with StageProgress("demonstrations", 1, "collections", console=console) as bar:
         demos = collect_demonstrations(policy, cfg, pool)
         bar.advance(status=f"{len(demos)} won")
-    sft = train_sft(policy, demo_rows(demos), cfg, out_dir=cfg.run_dir / "sft")
+    dagger = cfg.sft.dagger_games > 0
+    sft = train_sft(policy, demo_rows(demos), cfg,
+                    out_dir=None if dagger else cfg.run_dir / "sft")
     console.print(f"SFT: {len(demos)} demonstrations, {sft.tokens} agent tokens, "
                   f"final loss {sft.final_loss:.3f} ({time.perf_counter() - t0:.0f}s)")
     results["sft_train"] = {"demos": len(demos), "tokens": sft.tokens,
                             "final_loss": sft.final_loss, "seconds": sft.seconds}
+    if dagger:
+        if heldout:   # the same accuracy before the DAgger round, for comparison
+            with paused(clock):
+                _heldout_accuracy("sft-before-dagger", policy, heldout, cfg, results)
+        results["sft_train"]["dagger"] = _dagger(policy, cfg, demos, pool)
     if clock is not None:
         clock.boundary(policy, "sft")
     if heldout:
@@ -220,6 +229,25 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
             evaluate_all("sft", policy, cfg, results, pool)
     return policy
 
+
+
+def _dagger(policy: Policy, cfg: TrainConfig, demos: list, pool: EnvPool) -> dict:
+    """DAgger's episodes with the SFT'd model, then SFT over them and the demonstrations."""
+    t0 = time.perf_counter()
+    with StageProgress("DAgger episodes", 1, "collections", console=console) as bar:
+        mixed = dagger_episodes(policy, cfg, pool)
+        bar.advance(status=f"{len(mixed)} episodes")
+    turns = [t for ep in mixed for t in ep.turns]
+    expert = sum(t.trainable for t in turns)
+    console.print(f"DAgger: {len(mixed)} episodes ({sum(ep.won for ep in mixed)} won), "
+                  f"{expert} expert turns, {len(turns) - expert} model turns "
+                  f"({time.perf_counter() - t0:.0f}s)")
+    sft = train_sft(policy, demo_rows(demos + mixed), cfg, out_dir=cfg.run_dir / "sft",
+                    epochs=cfg.sft.dagger_epochs)
+    return {"episodes": len(mixed), "won": sum(ep.won for ep in mixed),
+            "expert_turns": expert, "model_turns": len(turns) - expert,
+            "tokens": sft.tokens, "final_loss": sft.final_loss,
+            "seconds": time.perf_counter() - t0}
 
 
 def _heldout_accuracy(stage: str, policy: Policy, demos: list, cfg: TrainConfig,

@@ -93,8 +93,8 @@ def _play_demonstrations(policy: Policy, cfg: TrainConfig, env_id: str,
 
 def _expert_episodes(policy: Policy, cfg: TrainConfig, env_id: str, split: str,
                      games: range, noise: float, seed: int, pool: EnvPool | None,
-                     max_turns: int | None = None,
-                     options: dict | None = None) -> list[Trajectory]:
+                     max_turns: int | None = None, options: dict | None = None,
+                     policy_share: float = 0.0) -> list[Trajectory]:
     own = env_id == cfg.env.id
     cap = max_turns or (cfg.sft.max_turns if own else turn_cap(cfg, env_id))
     rcfg = rollout_config(cfg, max_turns=cap)
@@ -102,10 +102,24 @@ def _expert_episodes(policy: Policy, cfg: TrainConfig, env_id: str, split: str,
     engine = RolloutEngine(policy, rcfg, pool=pool)
     try:
         played, _ = engine.collect(make_jobs(env_id, split, list(games), 1, seed),
-                                   SamplingParams(temperature=0.0), actor=expert_actor(noise))
+                                   SamplingParams(temperature=0.0),
+                                   actor=expert_actor(noise, policy_share))
     finally:
         engine.close()
     return played
+
+
+def dagger_episodes(policy: Policy, cfg: TrainConfig,
+                    pool: EnvPool | None = None) -> list[Trajectory]:
+    """`sft.dagger_games` episodes on the `sft` games after the demonstrations' and the
+    recovery games', each turn replied by `policy` (greedy, not trainable) with probability
+    `sft.dagger_share`, else by the expert. Episodes without an env error and with at least
+    one expert turn are kept, won or not: the expert's labels are right either way."""
+    first = cfg.sft.games + cfg.sft.recovery_games
+    played = _expert_episodes(policy, cfg, cfg.env.id, "sft",
+                              range(first, first + cfg.sft.dagger_games), 0.0,
+                              cfg.run.seed + 2, pool, policy_share=cfg.sft.dagger_share)
+    return [t for t in played if not t.failed and any(x.trainable for x in t.turns)]
 
 
 def expert_demonstrations(policy: Policy, cfg: TrainConfig, env_id: str, split: str,
@@ -229,8 +243,9 @@ def sft_step(policy: Policy, rows: list[Row], cfg: TrainConfig, opt: torch.optim
 
 
 def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
-              out_dir: Path | None = None) -> SFTResult:
-    """Fine-tune on demonstration rows (token-mean NLL over agent tokens)."""
+              out_dir: Path | None = None, epochs: int | None = None) -> SFTResult:
+    """Fine-tune on demonstration rows (token-mean NLL over agent tokens) for `epochs`
+    (default `sft.epochs`)."""
     model = policy.model
     use_checkpointing(model, cfg.model.gradient_checkpointing)
     model.train()
@@ -240,9 +255,10 @@ def train_sft(policy: Policy, rows: list[Row], cfg: TrainConfig,
     losses: list[float] = []
     tokens = 0
     start = time.perf_counter()
-    steps = cfg.sft.epochs * math.ceil(len(rows) / cfg.sft.batch_size)
+    epochs = epochs or cfg.sft.epochs
+    steps = epochs * math.ceil(len(rows) / cfg.sft.batch_size)
     with StageProgress("SFT", steps, "steps") as progress:
-        for _ in range(cfg.sft.epochs):
+        for _ in range(epochs):
             order = torch.randperm(len(rows), generator=gen).tolist()
             for idx in chunks(order, cfg.sft.batch_size):
                 loss, n = sft_step(policy, [rows[i] for i in idx], cfg, opt, params)
