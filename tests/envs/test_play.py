@@ -83,6 +83,16 @@ def test_human_quit_on_end_of_input() -> None:
     assert summary.episodes == 0 and summary.success_rate == 0.0
 
 
+def test_human_quit_by_typing_quit() -> None:
+    """A new player types "quit": the play stops instead of sending it to the game."""
+    typed = iter(["look", "quit"])
+    shown: list[str] = []
+    summary = play(CUSTOM, "human", 3, input_fn=lambda _: next(typed),
+                   print_fn=lambda *a: shown.append(" ".join(map(str, a))))
+    assert summary.episodes == 0
+    assert '"quit" stops' in shown[0]
+
+
 def test_turn_cap_and_defaults() -> None:
     summary = play(CUSTOM, "random", 2, max_turns=2, print_fn=lambda *_: None)
     assert all(r.turns == 2 and r.truncated for r in summary.records)

@@ -89,21 +89,33 @@ class RandomPolicy:
         return ScriptedAction(self.rng.choice(info.admissible_actions))
 
 
+QUIT_WORDS = ("quit", "exit")
+"""What a human player types to stop (unless the game itself accepts the word)."""
+
+
 @dataclass
 class HumanPolicy:
-    """Reads commands from `input_fn`; ``?`` lists the admissible actions."""
+    """Reads commands from `input_fn`; ``?`` lists the admissible actions, ``quit`` (or
+    ``exit``, end of input, Ctrl-C) stops."""
 
     input_fn: Callable[[str], str]
     print_fn: Callable[..., None]
+    greeted: bool = False
 
     def act(self, observation: str, info: StepInfo) -> ScriptedAction:
+        if not self.greeted:
+            self.print_fn('(type a command; "?" lists the valid ones, "quit" stops)')
+            self.greeted = True
         self.print_fn(f"\n{observation}")
         while True:
             try:
                 action = self.input_fn("> ")
             except (EOFError, KeyboardInterrupt) as exc:
                 raise QuitPlay from exc
-            if action.strip() != "?":
+            word = action.strip().lower()
+            if word in QUIT_WORDS and word not in (info.admissible_actions or []):
+                raise QuitPlay
+            if word != "?":
                 return ScriptedAction(action)
             self.print_fn(", ".join(info.admissible_actions or ["(no list available)"]))
 
