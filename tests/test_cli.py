@@ -93,3 +93,28 @@ def test_a_run_that_stops_itself_is_one_error_line(kind, monkeypatch, capsys):
         return
     assert main(["train", "recipes/quickstart.yaml"]) == 1
     assert "error: the reason, in words" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_train_says_how_to_resume(tmp_path, monkeypatch, capsys):
+    """Ctrl-C is one line, not a traceback: the checkpoint to resume from, or that none
+    exists yet; and resuming a run folder without checkpoints says so."""
+    from tripod.train import pipeline
+    from tripod.train.checkpoint import CheckpointError, resolve_resume
+
+    def interrupted(cfg, resume=None):
+        cfg.run_dir.mkdir(parents=True)
+        (cfg.run_dir / "config.yaml").write_text("{}\n")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(pipeline, "run_recipe", interrupted)
+    args = ["train", "recipes/quickstart.yaml", f"run.out_dir={tmp_path}", "run.name=r"]
+    assert main(args) == 130
+    err = capsys.readouterr().err
+    assert "interrupted" in err and "no checkpoint yet" in err and "Traceback" not in err
+    with pytest.raises(CheckpointError, match="stopped before its first checkpoint"):
+        resolve_resume(tmp_path / "r")
+    (tmp_path / "r" / "checkpoints" / "iter_000004").mkdir(parents=True)
+    monkeypatch.setattr(pipeline, "run_recipe", lambda cfg, resume=None: (_ for _ in ()).throw(
+        KeyboardInterrupt()))
+    assert main(args) == 130
+    assert f"--resume {tmp_path / 'r'}" in capsys.readouterr().err

@@ -135,8 +135,22 @@ def cmd_train(args: argparse.Namespace) -> int:
     from tripod.train.pipeline import run_recipe
 
     cfg = load_config(_recipe(args.recipe), args.overrides)
-    run_recipe(cfg, resume=Path(args.resume) if args.resume else None)
+    try:
+        run_recipe(cfg, resume=Path(args.resume) if args.resume else None)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted; {_resume_hint(args.recipe, cfg.run_dir)}", file=sys.stderr)
+        return 130
     return 0
+
+
+def _resume_hint(recipe: str, run_dir: Path) -> str:
+    """What an interrupted run leaves: how to resume it, or that nothing can be resumed."""
+    ckpts = sorted((run_dir / "checkpoints").glob("iter_*"))
+    if not ckpts:
+        return (f"{run_dir} holds no checkpoint yet (they are written every "
+                "train.checkpoint_every RL iterations): start the run again to redo it")
+    return (f"the last checkpoint is {ckpts[-1]}; continue with `tripod train {recipe} "
+            f"--resume {run_dir}`")
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:

@@ -305,6 +305,10 @@ def resolve_resume(path: Path) -> Path:
         return path
     candidates = checkpoint_dirs(path)
     if not candidates:
+        if (path / "config.yaml").is_file():   # a run folder that stopped before any checkpoint
+            raise CheckpointError(f"{path}: the run stopped before its first checkpoint "
+                                  "(written every train.checkpoint_every RL iterations); "
+                                  "start it again without --resume")
         raise CheckpointError(f"{path}: neither a checkpoint nor a run folder with "
                               f"{CHECKPOINT_DIRS}/iter_* inside")
     reasons = []
