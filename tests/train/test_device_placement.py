@@ -37,7 +37,7 @@ def test_sft_moves_each_micro_batch_to_the_model_device(tiny_policy_factory, mon
     policy.model.to(META)
     seen = []
 
-    def recording_loss(policy, batch):
+    def recording_loss(policy, batch, restricted=False):
         seen.extend({getattr(batch, name).device for name in ("input_ids", "attention_mask",
                                                               "loss_mask")})
         return torch.zeros((), requires_grad=True), 0
