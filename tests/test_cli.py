@@ -118,3 +118,15 @@ def test_ctrl_c_in_train_says_how_to_resume(tmp_path, monkeypatch, capsys):
         KeyboardInterrupt()))
     assert main(args) == 130
     assert f"--resume {tmp_path / 'r'}" in capsys.readouterr().err
+
+
+def test_ctrl_c_in_a_sweep_is_one_line(monkeypatch, capsys):
+    from tripod.studies import sweep
+
+    def interrupted(recipe, grid):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sweep, "run_sweep", interrupted)
+    assert main(["sweep", "recipes/quickstart.yaml", "algo.estimator=grpo,rloo"]) == 130
+    err = capsys.readouterr().err
+    assert "skips the finished runs" in err and "Traceback" not in err

@@ -358,6 +358,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         return args.fn(args)
+    except KeyboardInterrupt:   # `train` says where to resume; sweeps and studies skip done runs
+        again = (" (running it again skips the finished runs)"
+                 if args.command in ("sweep", "study") else "")
+        print(f"\ninterrupted{again}", file=sys.stderr)
+        return 130
     except ConfigError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
