@@ -512,7 +512,7 @@ def test_private_names_are_ordinary_attributes() -> None:
                                b"        return self.__root.get(key)") == []
 
 
-FOURTH_AUDIT = {
+REFLECTION_ROUTES = {
     "a new def around the kept call": (
         GETATTR_LINE, b'    global _g\n\n    def _g(o, n):\n        return getattr(conv, "pattern", '
                       b'default)\n' + GETATTR_LINE),
@@ -527,9 +527,9 @@ FOURTH_AUDIT = {
 }
 
 
-@pytest.mark.parametrize("edit", FOURTH_AUDIT.values(), ids=FOURTH_AUDIT.keys())
+@pytest.mark.parametrize("edit", REFLECTION_ROUTES.values(), ids=REFLECTION_ROUTES.keys())
 def test_routes_around_the_reflection_rules_are_refused(edit) -> None:
-    """A fourth audit won with `toolz`'s own `_restore_curry` (it imports a module and
+    """A task was won with `toolz`'s own `_restore_curry` (it imports a module and
     walks attributes its argument names), with a new function wrapping a `getattr(...)`
     call kept verbatim from the replaced line, and found `.format` and `.__doc__` routes."""
     old, new = edit
@@ -548,7 +548,7 @@ def test_a_test_helper_rebound_in_any_form_is_a_change_to_the_tests() -> None:
     assert refusals == []
 
 
-# --- the fifth audit ------------------------------------------------------------------------
+# --- source files that disappear before scoring ---------------------------------------------
 
 ZAP = '''import os
 
