@@ -280,6 +280,11 @@ def test_swe_generate_and_episodes_reduced(tmp_path, monkeypatch, capsys):
     assert (run["workers"], run["episodes"], run["solved"]) == (1, 1, 1)
     assert run["run_tests_per_min"] == run["episodes_per_min"] > 0
     assert "solved 1/1" in _printed("swe_episodes", episodes, monkeypatch, capsys)
+    checks = _run("swe_hidden_checks.py", "--tasks", str(tasks))
+    assert checks["tasks"] == 1 and checks["gold_not_ok"] == 0
+    assert checks["gold_false_failures"] == checks["buggy_passes"] == 0
+    assert "tasks with hidden checks" in _printed("swe_hidden_checks", checks, monkeypatch,
+                                                  capsys)
 
 
 @pytest.mark.slow

@@ -56,6 +56,11 @@ BUGGY = CALC.replace("    if x > hi:\n        return hi\n", "    if x > hi:\n   
 F2P = ["tests/test_calc.py::test_clamp_high"]
 P2P = ["tests/test_calc.py::test_clamp_inside", "tests/test_calc.py::test_clamp_low",
        "tests/test_calc.py::test_mean", "tests/test_calc.py::test_total"]
+HIDDEN = 2
+"""Hidden checks of the calc task (`verify.HiddenCheck`): the target test's call
+clamp(15, 0, 10) with x moved by two random offsets (moving lo or hi does not show the bug)."""
+BASE = 4 / (5 + HIDDEN)
+"""Progress at the base: the four PASS_TO_PASS tests pass; the target and the checks fail."""
 
 
 @pytest.fixture(scope="session")

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from tests.swe.conftest import BASE
 
 from tripod.envs.base import Step
 from tripod.envs.swe.env import SweEnv, SweEnvConfig
@@ -36,7 +37,6 @@ pytestmark = pytest.mark.xdist_group("sandbox")
 
 needs_namespaces = pytest.mark.skipif(
     not namespaces_available(), reason="unshare cannot create namespaces on this machine")
-BASE = 4 / 5
 """Progress at the base: the four PASS_TO_PASS tests pass, the target test fails."""
 FIX = ("edit calc/__init__.py\n<<<<<<< SEARCH\n        return x\n    return x\n=======\n"
        "        return hi\n    return x\n>>>>>>> REPLACE")

@@ -67,8 +67,9 @@ class _Script:
         return ScriptedAction(self.replies.pop(0))
 
 
-def test_three_of_five_tests_passing_is_worth_0_sparse_and_0_6_final_score(task_file):
-    """The reward pillar on a real SWE episode: break `mean` (3 of the 5 tests pass), submit."""
+def test_breaking_mean_is_worth_0_sparse_and_its_share_final_score(task_file):
+    """The reward pillar on a real SWE episode: break `mean` (3 of the 5 tests pass; the
+    2 hidden checks of clamp fail), submit."""
     from tripod.core.config import RewardSection
     from tripod.rewards import turn_rewards
 
@@ -80,7 +81,7 @@ def test_three_of_five_tests_passing_is_worth_0_sparse_and_0_6_final_score(task_
                                                                              "submit"]))
     engine.close()
     assert traj.lost and not traj.won and traj.num_turns == 2
-    assert traj.start_progress == pytest.approx(0.8)  # 4 of 5 pass before any edit
+    assert traj.start_progress == pytest.approx(4 / 7)  # 4 of 5 tests + 2 checks pass
     assert turn_rewards(traj, RewardSection(kind="sparse")) == [0.0, 0.0]
-    assert turn_rewards(traj, RewardSection(kind="final_score")) == pytest.approx([0.0, 0.6])
-    assert sum(turn_rewards(traj, RewardSection(kind="dense"))) == pytest.approx(-0.2)
+    assert turn_rewards(traj, RewardSection(kind="final_score")) == pytest.approx([0.0, 3 / 7])
+    assert sum(turn_rewards(traj, RewardSection(kind="dense"))) == pytest.approx(-1 / 7)

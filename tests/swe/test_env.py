@@ -10,6 +10,7 @@ from tripod.envs.swe.patches import make_patch
 from tripod.envs.swe.task import SweTask
 from tripod.envs.swe.tools import parse_tool_call
 
+from .conftest import BASE as DEFAULT_BASE
 from .conftest import BUGGY, CALC
 
 
@@ -24,7 +25,9 @@ BUGGY_TWO = BUGGY.replace("    return sum(xs) / len(xs)\n", "    return sum(xs)\
 
 
 def _play(task: SweTask, actions: list[str], **config) -> tuple[float, list]:
-    env = SweEnv("swe/test", "train", [task], SweEnvConfig(**config))
+    """Play `actions`; the progress arithmetic here is the tests' alone (no hidden checks:
+    tests/swe/test_hidden_checks.py)."""
+    env = SweEnv("swe/test", "train", [task], SweEnvConfig(**{"hidden_checks": 0, **config}))
     try:
         env.reset(0)
         steps = [env.step(a) for a in actions]
@@ -34,6 +37,7 @@ def _play(task: SweTask, actions: list[str], **config) -> tuple[float, list]:
 
 
 BASE = 4 / 5  # at the base, the four PASS_TO_PASS tests pass and the target fails
+# (with the default hidden checks: conftest.BASE)
 
 
 def test_env_follows_the_protocol(calc_task: SweTask) -> None:
@@ -43,7 +47,7 @@ def test_env_follows_the_protocol(calc_task: SweTask) -> None:
     try:
         assert "calc/__init__.py" in obs and "clamp(15, 0, 10)" in info.objective
         assert info.expert_action is not None
-        assert info.progress == pytest.approx(BASE)
+        assert info.progress == pytest.approx(DEFAULT_BASE)
     finally:
         env.close()
 

@@ -13,7 +13,7 @@ from tripod.envs.swe.task import SweTask
 from tripod.envs.swe.verify import VerifiedRun
 from tripod.envs.swe.workspace import LocalWorkspace
 
-from .conftest import CALC
+from .conftest import BASE, CALC
 
 
 def _first(task: SweTask, **config) -> tuple[str, SweEnv]:
@@ -74,7 +74,7 @@ def test_the_scored_run_is_made_once_per_task(calc_task: SweTask, monkeypatch) -
     finally:
         env.close()
     assert first == second and len(runs) == 2  # the reset's run and the cached run_tests
-    assert step.info.progress == pytest.approx(4 / 5)
+    assert step.info.progress == pytest.approx(BASE)
 
 
 def test_a_run_that_fails_falls_back_to_the_file_list(calc_task: SweTask,

@@ -485,6 +485,241 @@ def _status(report, old):
     return old or "PASSED"
 
 
+# --- hidden checks (docs/swe.md, "Hidden checks") -----------------------------------------
+#
+# The trainer judges a fix also by calls of the function the gold patch changes on inputs
+# the agent never sees. In a run on the gold tree (trusted code), the runner records the
+# plain-data arguments the target tests pass to that function, derives variants of them
+# (one argument changed at a time, with offsets drawn from the trainer's salt) and reports
+# the gold output of each; in a scored run it calls the function on the inputs the trainer
+# hands over and reports each output. Outputs leave as exactly typed JSON, compared by the
+# trainer outside the sandbox, so code under test that shapes an output must compute it.
+
+_MAX_ITEMS, _MAX_TEXT, _MAX_DEPTH = 2000, 10_000, 20
+
+
+def _encode(value):
+    """An exactly typed JSON-able form of plain data (None, bool, int, float, str, bytes,
+    and lists, tuples, sets and dicts of them); ValueError for anything else. Types are
+    compared exactly: a subclass (a str whose ``__eq__`` always holds) is not plain."""
+    budget = [_MAX_ITEMS]
+
+    def enc(v, depth):
+        budget[0] -= 1
+        if budget[0] < 0 or depth > _MAX_DEPTH:
+            raise ValueError("too large")
+        kind = type(v)
+        if v is None:
+            return ["none"]
+        if kind is bool:
+            return ["bool", v]
+        if kind is int:
+            return ["int", str(v)]  # a string: JSON numbers lose digits past 2**53
+        if kind is float:
+            return ["float", float.__repr__(v)]
+        if kind is str or kind is bytes:
+            if len(v) > _MAX_TEXT:
+                raise ValueError("too large")
+            return ["str", v] if kind is str else ["bytes", bytes.hex(v)]
+        if kind is list or kind is tuple:
+            return ["list" if kind is list else "tuple", [enc(x, depth + 1) for x in v]]
+        if kind is set or kind is frozenset:
+            items = sorted((enc(x, depth + 1) for x in v), key=json.dumps)
+            return ["set" if kind is set else "frozenset", items]
+        if kind is dict:
+            return ["dict", [[enc(k, depth + 1), enc(x, depth + 1)]
+                             for k, x in dict.items(v)]]
+        raise ValueError("not plain data")
+
+    return enc(value, 0)
+
+
+def _decode(form):
+    """The value `_encode` wrote `form` for (a fresh object on every call)."""
+    tag = form[0]
+    if tag == "none":
+        return None
+    if tag in ("bool", "str"):
+        return form[1]
+    if tag == "int":
+        return int(form[1])
+    if tag == "float":
+        return float(form[1])
+    if tag == "bytes":
+        return bytes.fromhex(form[1])
+    items = [_decode(x) for x in form[1]] if tag != "dict" else None
+    if tag == "list":
+        return items
+    if tag == "tuple":
+        return tuple(items)
+    if tag == "set":
+        return set(items)
+    if tag == "frozenset":
+        return frozenset(items)
+    return {_decode(k): _decode(v) for k, v in form[1]}
+
+
+class _CheckTimeout(BaseException):
+    """Raised by the timer in a hidden check that runs too long (BaseException, so
+    ``except Exception`` in the code under test does not swallow it)."""
+
+
+def _target(module, qualname):
+    import importlib
+
+    obj = importlib.import_module(module)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    return obj
+
+
+def _outcome(function, call, seconds):
+    """The exactly typed outcome of ``function(*args, **kwargs)`` for the encoded `call`:
+    ["value", form], ["iter", form] (an iterator's first items), ["raise", exception
+    class name], ["timeout"] or ["opaque"] (a result that is not plain data)."""
+    import signal
+
+    def alarm(signum, frame):
+        raise _CheckTimeout()
+
+    args, kwargs = call
+    old = signal.signal(signal.SIGALRM, alarm)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        value = function(*_decode(args), **_decode(kwargs))
+        kind = "value"
+        if hasattr(type(value), "__next__") and type(value) not in (str, bytes):
+            items, kind = [], "iter"
+            for item in value:
+                items.append(item)
+                if len(items) > _MAX_ITEMS // 2:
+                    break
+            value = items
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        try:
+            return [kind, _encode(value)]
+        except (ValueError, RecursionError):
+            return ["opaque"]
+    except _CheckTimeout:
+        return ["timeout"]
+    except BaseException as exc:  # noqa: BLE001 - an exception is an outcome like any other
+        return ["raise", type(exc).__name__]
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def _recording(path, qualname, calls, limit=50):
+    """A profile function that keeps the encoded arguments of calls of the function
+    `qualname` defined in `path` (at most `limit` different ones)."""
+    seen = set()
+
+    def profile(frame, event, arg):
+        if event != "call" or len(calls) >= limit:
+            return
+        code = frame.f_code
+        if code.co_qualname != qualname or code.co_filename != path:
+            return
+        names, values = code.co_varnames, frame.f_locals
+        positional = code.co_argcount
+        keyword = positional + code.co_kwonlyargcount
+        try:
+            args = [values[n] for n in names[:positional]]
+            kwargs = {n: values[n] for n in names[positional:keyword]}
+            if code.co_flags & 0x04:  # *args
+                args += list(values[names[keyword]])
+            if code.co_flags & 0x08:  # **kwargs
+                kwargs.update(values[names[keyword + bool(code.co_flags & 0x04)]])
+            text = json.dumps([_encode(args), _encode(kwargs)])
+        except (KeyError, ValueError, TypeError, RecursionError):
+            return
+        if text not in seen:
+            seen.add(text)
+            calls.append(text)
+
+    return profile
+
+
+def _variants(form, rng):
+    """Changed versions of one encoded argument: integers moved by offsets of three and
+    four digits (the sign kept), strings doubled or extended, sequences reversed or
+    doubled, floats doubled."""
+    tag = form[0]
+    if tag == "int":
+        value = int(form[1])
+        sign = -1 if value < 0 else 1
+        return [["int", str(value + sign * rng.randint(101, 999))],
+                ["int", str(value + sign * rng.randint(1000, 9999))]]
+    if tag == "float":
+        return [["float", repr(float(form[1]) * 2)]]
+    if tag == "str" and form[1]:
+        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
+        return [["str", form[1] * 2], ["str", form[1] + word]]
+    if tag in ("list", "tuple") and len(form[1]) > 1:
+        return [[tag, form[1][::-1]], [tag, form[1] * 2]]
+    return []
+
+
+def _candidates(calls, salt, limit=40):
+    """Calls that differ from a recorded one in one argument, in a random order."""
+    import random
+
+    rng = random.Random(salt)
+    out, seen = [], set(calls)
+    for text in calls:
+        args, kwargs = json.loads(text)
+        slots = [(i, None) for i in range(len(args[1]))] + \
+            [(None, i) for i in range(len(kwargs[1]))]
+        for a, k in slots:
+            value = args[1][a] if a is not None else kwargs[1][k][1]
+            for variant in _variants(value, rng):
+                new_args, new_kwargs = json.loads(json.dumps([args, kwargs]))
+                if a is not None:
+                    new_args[1][a] = variant
+                else:
+                    new_kwargs[1][k][1] = variant
+                key = json.dumps([new_args, new_kwargs])
+                if key not in seen:
+                    seen.add(key)
+                    out.append(key)
+    rng.shuffle(out)
+    return out[:limit]
+
+
+def _quiet():
+    """Send fds 1 and 2 to /dev/null: what hidden checks print is never shown."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    null = os.open("/dev/null", os.O_WRONLY)
+    os.dup2(null, 1)
+    os.dup2(null, 2)
+    os.close(null)
+
+
+def _run_checks(items, report, repeat, seconds=1.0, budget=20.0):
+    """Report the outcome of each (module, qualname, encoded call) of `items` as
+    ``HC <index> <outcome>`` (the gold run calls each `repeat` times and keeps only
+    outcomes that do not change); stop when `budget` seconds are spent (calls left
+    unreported count as failed)."""
+    import time
+
+    start, targets = time.monotonic(), {}
+    for index, (module, qualname, text) in enumerate(items):
+        if time.monotonic() - start > budget:
+            break
+        if (module, qualname) not in targets:
+            try:
+                targets[module, qualname] = (_target(module, qualname), None)
+            except BaseException as exc:  # noqa: BLE001 - a missing target is an outcome
+                targets[module, qualname] = (None, ["raise", type(exc).__name__])
+        function, missing = targets[module, qualname]
+        call = json.loads(text)
+        outcomes = [_outcome(function, call, seconds) if function is not None else missing
+                    for _ in range(repeat)]
+        if all(o == outcomes[0] for o in outcomes):
+            report(f"HC {index} {json.dumps(outcomes[0])}")
+
+
 def main():
     spec = json.loads(sys.argv[1])
     write, exit_now, read = os.write, os._exit, os.read
@@ -493,7 +728,10 @@ def main():
     while chunk := read(nonce_fd, 256):
         nonce += chunk
     os.close(nonce_fd)
-    nonce = nonce.decode().strip()
+    # The nonce, then (in a scored run with hidden checks) their target and inputs: read
+    # from a pipe, not argv, so code under test cannot learn the hidden inputs.
+    nonce, _, checks = nonce.decode().partition("\n")
+    nonce, checks = nonce.strip(), json.loads(checks) if checks.strip() else None
     for key in ("PYTEST_PLUGINS", "PYTEST_ADDOPTS"):
         os.environ.pop(key, None)
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
@@ -520,8 +758,22 @@ def main():
     # it to behave one way under test and another in use.
     _pytest.runner._update_current_test_var = lambda item, when: None
     hooks, finish = _recorder(report, spec.get("check_every", 25), import_hooks, untrusted)
+    record, calls = spec.get("record"), []
+    if record:  # only on the gold tree: trusted code
+        sys.setprofile(_recording(record["path"], record["qualname"], calls))
     code = int(pytest.main(spec["args"], plugins=[hooks]))
     outcomes = finish()
+    if record:
+        sys.setprofile(None)
+        _quiet()
+        candidates = _candidates(calls, record["salt"])
+        for index, text in enumerate(candidates):
+            report(f"HCALL {index} {text}")
+        target = (record["module"], record["qualname"])
+        _run_checks([(*target, text) for text in candidates], report, repeat=2)
+    elif checks:
+        _quiet()
+        _run_checks(checks, report, repeat=1)
     sys.stdout.flush()
     sys.stderr.flush()
     payload = f"{nonce} END {code} {len(outcomes)} {len(flagged)}\n".encode()
@@ -530,4 +782,5 @@ def main():
     exit_now(code)
 
 
-main()
+if __name__ == "__main__":  # always so under ``python -c``; tests import the helpers
+    main()

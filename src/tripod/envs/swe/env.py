@@ -91,6 +91,10 @@ class SweEnvConfig:
     gold patch (0 for no change; capped at 1 in all). 0 turns it off. Keep it small (e.g.
     0.1): it pays for looking like the fix, which tests cannot check. `info.extra` keeps
     the raw outcome (`resolved`) for group filtering."""
+    hidden_checks: int = 8
+    """Hidden checks per task (`verify.HiddenCheck`): calls of the function the gold patch
+    changes on inputs no test shows, which count as extra FAIL_TO_PASS targets, so a
+    change that special-cases the tests' inputs is not resolved. 0 turns them off."""
     max_tool_calls: int = 40
     """Tool-call budget per episode (40 was the best budget in the paper's SWE-Gym study)."""
     max_observation_chars: int = 6000
@@ -189,7 +193,8 @@ class SweEnv:
         except (OSError, ValueError) as exc:
             raise EnvError(f"cannot build the workspace of {task.instance_id}: {exc}") from exc
         try:
-            self._episode = _start_episode(task, ws, self.config.progress)
+            hidden = _hidden_checks(ws, self.config)
+            self._episode = _start_episode(task, ws, self.config.progress, hidden)
             view = first_view(task, ws, self.config.limits, self.config.observation)
         except (OSError, ValueError) as exc:  # a gold or test patch that does not apply
             ws.close()
@@ -298,8 +303,8 @@ class SweEnv:
             if abort:
                 return self._abort(ep, abort, verified)
             self._record(ep, verified)
-            return _Outcome(_format_run(verified.run, verified.results, "the task's tests")
-                            or verified.output)
+            return _Outcome((_format_run(verified.run, verified.results, "the task's tests")
+                             or verified.output) + _hidden_line(verified))
         result = ep.ws.run_tests(list(call.tests), self.config.limits)
         abort = self._abort_reason(result)
         if abort:
@@ -340,11 +345,11 @@ class SweEnv:
         return _Outcome(text, terminated=True, lost=True)
 
     def _record(self, ep: _Episode, verified: VerifiedRun) -> None:
-        ep.results = dict(verified.results)
+        ep.results = {**verified.results, **verified.hidden}
         task = ep.task
-        ep.passed = {t for t in task.FAIL_TO_PASS + task.PASS_TO_PASS if verified.passes(t)}
-        score = TargetScore(sum(t in ep.passed for t in task.FAIL_TO_PASS),
-                            len(task.FAIL_TO_PASS),
+        targets = task.FAIL_TO_PASS + sorted(verified.hidden)  # hidden checks are targets
+        ep.passed = {t for t in targets + task.PASS_TO_PASS if verified.passes(t)}
+        score = TargetScore(sum(t in ep.passed for t in targets), len(targets),
                             sum(t not in ep.passed for t in task.PASS_TO_PASS),
                             len(task.PASS_TO_PASS))
         ep.resolved = score.binary == 1.0
@@ -375,7 +380,8 @@ class SweEnv:
         text = (f"{observation}\n" if observation else "") + (
             f"{'Submitted' if status == 'submitted' else 'Tool-call budget exhausted'}. "
             f"Target tests fixed: {f2p}/{len(task.FAIL_TO_PASS)}; other tests broken: "
-            f"{p2p}/{len(task.PASS_TO_PASS)}. Score: {ep.progress:.3f} "
+            f"{p2p}/{len(task.PASS_TO_PASS)}.{_hidden_line(verified)} "
+            f"Score: {ep.progress:.3f} "
             f"({_MEASURE_TEXT[self.config.progress]}"
             f"{', with similarity shaping' if self.config.similarity_weight else ''}).")
         if status == "submitted":
@@ -423,25 +429,45 @@ def _split_pool(tasks: list[SweTask], split: str) -> list[SweTask]:
     return [t for t in tasks if not t.split or t.split == wanted]
 
 
-def base_progress(task: SweTask, measure: str = "all_tests") -> float:
+def base_progress(task: SweTask, measure: str = "all_tests", hidden: int = 0) -> float:
     """Progress at the task's base: by the definition of the lists, every PASS_TO_PASS
-    test passes there and every FAIL_TO_PASS test fails (and nothing is changed, so no
-    similarity either)."""
-    return TargetScore(0, len(task.FAIL_TO_PASS), 0, len(task.PASS_TO_PASS)).progress(measure)
+    test passes there and every FAIL_TO_PASS test and each of the `hidden` checks fails
+    (and nothing is changed, so no similarity either)."""
+    return TargetScore(0, len(task.FAIL_TO_PASS) + hidden, 0,
+                       len(task.PASS_TO_PASS)).progress(measure)
 
 
-def _start_episode(task: SweTask, ws: Workspace, measure: str) -> _Episode:
+def _hidden_checks(ws: Workspace, config: SweEnvConfig) -> int:
+    """Make the task's hidden checks (local workspaces; once per task in the process) and
+    return how many there are."""
+    verifier = getattr(ws, "verifier", None)
+    if verifier is None:
+        return 0
+    verifier.max_checks = config.hidden_checks
+    return len(verifier.hidden_checks(config.limits))
+
+
+def _start_episode(task: SweTask, ws: Workspace, measure: str, hidden: int = 0) -> _Episode:
     """Record the expert's targets (the gold files) of a fresh workspace."""
     current = {p: ws.read_text(p) for p in patched_paths(task.patch)} if task.patch else {}
     targets = apply_patch_to_texts(current, task.patch) if task.patch else {}
     return _Episode(task=task, ws=ws, expert=ExpertState(targets=dict(targets)),
-                    progress=base_progress(task, measure))
+                    progress=base_progress(task, measure, hidden))
 
 
 def _show_to_expert(state: ExpertState, view: FirstView) -> None:
     """The lines the first observation showed: the expert edits them without a view."""
     for shown in view.shown:
         state.shown.setdefault(shown.path, []).extend(shown.ranges)
+
+
+def _hidden_line(verified: VerifiedRun) -> str:
+    """How many hidden checks pass (never their inputs or outputs)."""
+    if not verified.hidden:
+        return ""
+    passed = sum(verified.passes(name) for name in verified.hidden)
+    return (f"\nHidden checks (the changed function called on inputs not shown): "
+            f"{passed}/{len(verified.hidden)} pass.")
 
 
 def _format_run(result: RunResult | None, results: dict[str, str], target: str) -> str:

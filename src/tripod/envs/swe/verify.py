@@ -30,6 +30,7 @@ import ast
 import difflib
 import hashlib
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -44,6 +45,7 @@ from tripod.envs.swe.sandbox import ABNORMAL_STATUSES, RunResult, SandboxLimits,
 from tripod.envs.swe.scoring import counts_as_passing
 from tripod.envs.swe.task import SweTask
 
+log = logging.getLogger(__name__)
 STATUS_TAMPERING = "tampering"
 _RUNNER = Path(__file__).with_name("_runner.py")
 _PYTEST_ARGS = ("-rA", "--tb=short", "-q", "-p", "no:cacheprovider", "-o", "addopts=")
@@ -168,13 +170,22 @@ class VerifiedRun:
     """The scored change as a unified diff (`source_diff`; empty for no change)."""
     gold_patch: str = ""
     """The gold patch written the same way (never shown to the agent)."""
+    hidden: dict[str, str] = field(default_factory=dict)
+    """Hidden check name -> PASSED / FAILED (`HiddenCheck`; extra FAIL_TO_PASS targets)."""
+    check_calls: dict[int, str] = field(default_factory=dict)
+    """Encoded inputs the runner derived (a recording run on the gold tree only)."""
+    check_outcomes: dict[int, str] = field(default_factory=dict)
+    """Encoded outcome of each hidden-check call the runner made, by index."""
 
     def similarity(self) -> float:
         """How like the gold patch the scored change is (`patch_similarity`)."""
         return patch_similarity(self.patch, self.gold_patch)
 
     def passes(self, test: str) -> bool:
-        """`test` passed: PASSED, or XFAIL where its reference outcome is XFAIL too."""
+        """`test` passed: PASSED, or XFAIL where its reference outcome is XFAIL too (a
+        hidden check: its output is the gold one)."""
+        if test in self.hidden:
+            return self.status == "ok" and self.hidden[test] == "PASSED"
         status = self.results.get(test)
         return status is not None and counts_as_passing(status, self.reference.get(test))
 
@@ -195,6 +206,8 @@ def parse_report(run: RunResult, nonce: str) -> VerifiedRun:
     """Check the runner's report for consistency; its results, or why it is not trusted."""
     text = run.channel.decode("utf-8", errors="replace")
     results: dict[str, str] = {}
+    outcomes: dict[int, str] = {}
+    calls: dict[int, str] = {}
     end: list[str] | None = None
     violations: set[str] = set()
     for line in text.splitlines():
@@ -209,12 +222,18 @@ def parse_report(run: RunResult, nonce: str) -> VerifiedRun:
             status, _, test_id = rest.partition(" ")
             if results.get(test_id) not in ("FAILED", "ERROR"):
                 results[test_id] = status
+        elif kind in ("HC", "HCALL"):
+            index, _, form = rest.partition(" ")
+            if not index.isdigit():
+                return _tampered("a malformed hidden-check line", run)
+            (outcomes if kind == "HC" else calls)[int(index)] = form
         elif kind == "VIOLATION":
             violations.add(rest.strip())
         elif kind == "END":
             end = rest.split()
     verified = _check_trailer(run, results, end)
     verified.violations = tuple(sorted(violations))
+    verified.check_outcomes, verified.check_calls = outcomes, calls
     return verified
 
 
@@ -239,11 +258,60 @@ def _check_trailer(run: RunResult, results: dict[str, str],
 # --- the scorer -----------------------------------------------------------------------------
 
 
+# --- hidden checks ------------------------------------------------------------------------
+
+MAX_HIDDEN_CHECKS = 8
+"""Hidden checks per task (`SweEnvConfig.hidden_checks` sets fewer; 0 turns them off)."""
+_MAX_CALL_CHARS = 1000
+_MAX_CANDIDATES = 32
+"""Inputs tried on the buggy tree (with `_MAX_CALL_CHARS`, the list fits a pipe's buffer)."""
+
+
+@dataclass(frozen=True)
+class HiddenCheck:
+    """A call of a function the gold patch changes, on an input no test shows, with the
+    gold tree's output for it. Inputs are the target tests' own calls with one argument
+    changed (offsets drawn at random by the trainer); only those on which the buggy tree
+    gives another output are kept, so each check fails before the fix, as a FAIL_TO_PASS
+    test does, and a change that special-cases the tests' inputs still fails it."""
+
+    module: str
+    qualname: str
+    call: str
+    """The encoded (args, kwargs) (`_runner._encode`)."""
+    expected: str
+    """The encoded outcome on the gold tree."""
+
+
+def check_targets(pristine: dict[str, bytes], gold: dict[str, bytes | None],
+                  roots: list[str]) -> list[tuple[str, str, str]]:
+    """(file, module, name) of each module-level function the gold patch changes (methods
+    and nested functions have no stand-alone calls to make)."""
+    def functions(data: bytes) -> dict[str, str]:
+        return {n.name: ast.dump(n) for n in ast.parse(data).body
+                if isinstance(n, ast.FunctionDef)}
+
+    out = []
+    for rel, data in sorted(gold.items()):
+        module = _module_name(rel, roots)
+        if data is None or module is None or rel not in pristine:
+            continue
+        try:
+            before, after = functions(pristine[rel]), functions(data)
+        except (SyntaxError, ValueError):
+            continue
+        out += [(rel, module, name) for name, dump in after.items() if before.get(name) != dump]
+    return out
+
+
 class Verifier:
     """Scores the source files of one episode's workspace in fresh copies of its base."""
 
-    def __init__(self, task: SweTask, base: Path, python: str) -> None:
+    def __init__(self, task: SweTask, base: Path, python: str,
+                 max_checks: int = MAX_HIDDEN_CHECKS) -> None:
         self.task = task
+        self.max_checks = max_checks
+        """Hidden checks per scored run (`HiddenCheck`; 0: none)."""
         self.base = base
         """The pristine tree (built by the workspace; never written after)."""
         self.python = python
@@ -282,6 +350,7 @@ class Verifier:
         key = tuple(sorted(changed.items(), key=lambda kv: kv[0]))
         if self._last is not None and self._last[0] == key:
             return self._last[1]
+        checks = self.hidden_checks(limits)
         refusals, broken = self.gate.check(changed)
         if refusals:
             what = "; ".join(map(str, refusals[:5]))
@@ -291,7 +360,10 @@ class Verifier:
             result = VerifiedRun("ok", {}, f"Not run: {what}; every test counts as failing.",
                                  what)
         else:
-            result = self._with_reference(self._run(changed, limits), limits)
+            result = self._with_reference(self._run(changed, limits, checks=checks), limits)
+        result.hidden = {f"hidden check {i + 1}": "PASSED" if result.status == "ok" and
+                         result.check_outcomes.get(i) == check.expected else "FAILED"
+                         for i, check in enumerate(checks)}
         result.patch, result.gold_patch = source_diff(self.pristine, changed), self.gold_diff
         self._last = (key, result)
         return result
@@ -316,7 +388,53 @@ class Verifier:
             _REFERENCES[key] = dict(run.results) if run.status == "ok" else {}
         return _REFERENCES[key]
 
-    def _run(self, changed: dict[str, bytes | None], limits: SandboxLimits) -> VerifiedRun:
+    def hidden_checks(self, limits: SandboxLimits) -> list[HiddenCheck]:
+        """This task's hidden checks: made on first use, then cached in the process."""
+        if self.max_checks <= 0:
+            return []
+        key = task_key(self.task)
+        if key not in _HIDDEN:
+            _HIDDEN[key] = self._make_checks(limits)
+        return _HIDDEN[key][:self.max_checks]
+
+    def _make_checks(self, limits: SandboxLimits) -> list[HiddenCheck]:
+        """Record the target tests' calls of the changed functions on the gold tree and
+        derive inputs from them (offsets from a fresh random salt), keep the gold outputs
+        that are plain data and the same twice, then keep the inputs on which the buggy
+        tree's output differs. Two runs on the gold tree at most, one on the buggy tree."""
+        tests = list(self.task.FAIL_TO_PASS)
+        gold = _gold_texts(self.task, self.pristine)
+        found: list[HiddenCheck] = []
+        targets = check_targets(self.pristine, gold, self.task.workspace.python_path)
+        for rel, module, name in targets[:2] if tests else []:
+            record = {"rel": rel, "module": module, "qualname": name,
+                      "salt": secrets.token_hex(8)}
+            run = self._run(gold, limits, tests=tests, record=record)
+            if run.status != "ok":
+                log.warning("%s: no hidden checks of %s.%s: the gold run was %s (%s)",
+                            self.task.instance_id, module, name, run.status, run.reason)
+                continue
+            for index, call in sorted(run.check_calls.items()):
+                outcome = run.check_outcomes.get(index, "")
+                if outcome.startswith(('["value"', '["iter"')) and \
+                        len(call) <= _MAX_CALL_CHARS:
+                    found.append(HiddenCheck(module, name, call, outcome))
+        found = found[:_MAX_CANDIDATES]
+        if not found:
+            return []
+        buggy = self._run({}, limits, tests=tests, checks=found)
+        if buggy.status != "ok":
+            log.warning("%s: no hidden checks: the buggy tree's run was %s (%s)",
+                        self.task.instance_id, buggy.status, buggy.reason)
+            return []
+        kept = [c for i, c in enumerate(found)
+                if i in buggy.check_outcomes and buggy.check_outcomes[i] != c.expected]
+        secrets.SystemRandom().shuffle(kept)
+        return kept[:MAX_HIDDEN_CHECKS]
+
+    def _run(self, changed: dict[str, bytes | None], limits: SandboxLimits,
+             tests: list[str] | None = None, record: dict[str, str] | None = None,
+             checks: list[HiddenCheck] | None = None) -> VerifiedRun:
         scratch = Path(tempfile.mkdtemp(prefix="score-", dir=self.base.parent))
         try:
             copy = scratch / "repo"
@@ -325,7 +443,7 @@ class Verifier:
                 safefs.write_bytes(copy, rel, data)
             for sub in ("home", "tmp"):
                 (copy / ".tripod" / sub).mkdir(parents=True, exist_ok=True)
-            result = self._sandboxed(copy, sorted(changed), limits)
+            result = self._sandboxed(copy, sorted(changed), limits, tests, record, checks)
             altered = self._altered(copy, changed) if result.status == "ok" else []
             if altered:
                 return _tampered(f"the run changed {', '.join(altered[:3])} (files of the "
@@ -350,16 +468,25 @@ class Verifier:
                 out.append(rel)
         return out
 
-    def _sandboxed(self, copy: Path, changed: list[str], limits: SandboxLimits) -> VerifiedRun:
+    def _sandboxed(self, copy: Path, changed: list[str], limits: SandboxLimits,
+                   tests: list[str] | None, record: dict[str, str] | None,
+                   checks: list[HiddenCheck] | None) -> VerifiedRun:
         nonce = secrets.token_hex(16)
         report_r, report_w = os.pipe()
         nonce_r, nonce_w = os.pipe()
-        os.write(nonce_w, nonce.encode())
+        # The hidden inputs go through the pipe (argv is readable by the code under test);
+        # `_MAX_CANDIDATES` calls of `_MAX_CALL_CHARS` fit its 64 KiB buffer, so writing
+        # before the runner starts never blocks.
+        items = [[c.module, c.qualname, c.call] for c in checks or ()]
+        payload = nonce + ("\n" + json.dumps(items) if items else "")
+        os.write(nonce_w, payload.encode())
         os.close(nonce_w)
         spec = {"paths": [str(copy / p) for p in self.task.workspace.python_path],
                 "tests": self.task.test_files(), "report_fd": report_w, "nonce_fd": nonce_r,
                 "watched": [str(copy / rel) for rel in changed],
-                "args": [*_PYTEST_ARGS, *self.task.test_files()]}
+                "args": [*_PYTEST_ARGS, *(tests or self.task.test_files())]}
+        if record:
+            spec["record"] = {**record, "path": str(copy / record["rel"])}
         # Not -I: that would also drop PYTHONHASHSEED, and outcomes that depend on set
         # order must be the same as when the task was made. The environment is ours alone.
         argv = [self.python, "-s", "-B", "-c", _RUNNER.read_text(), json.dumps(spec)]
@@ -375,6 +502,7 @@ class Verifier:
 
 
 _REFERENCES: dict[str, dict[str, str]] = {}
+_HIDDEN: dict[str, list[HiddenCheck]] = {}
 SIMILARITY_MAX_CHARS = 6_000
 """Diffs longer than this together are compared line by line, not character by character
 (difflib's cost grows with the product of the lengths: about 0.3 s at this size; a one-bug
