@@ -58,11 +58,14 @@ def test_a_dagger_round_trains_on_the_experts_turns_of_model_led_episodes(tmp_pa
         f"run: {{name: toy, out_dir: {tmp_path}}}\nalgo: {{estimator: grpo}}\n"
         "rollout: {group_size: 2, games_per_iter: 2, restrict_actions: true}\n"
         "sft: {enabled: true, games: 2, dagger_games: 3, dagger_share: 0.5, heldout_games: 2}\n"
-        "train: {iterations: 0, tensorboard: false}\neval: {games: 2}\n")
+        "train: {iterations: 0, tensorboard: false}\n"
+        "eval: {games: 2, before_training: false, before_dagger: true}\n")
     assert main(["train", str(recipe), "rollout.eval.max_new_tokens=4"]) == 0
     results = json.loads((tmp_path / "toy" / "results.json").read_text())
     dagger = results["sft_train"]["dagger"]
     assert dagger["episodes"] == 3 and dagger["expert_turns"] > 0 and dagger["model_turns"] > 0
     held = results["sft_heldout"]
     assert {"base", "sft-before-dagger", "sft"} <= set(held)
+    # the SFT model is evaluated before and after its DAgger round, not the base model
+    assert set(results["eval"]) == {"sft-before-dagger", "sft"}
     assert (tmp_path / "toy" / "sft" / "model.safetensors").is_file()

@@ -307,6 +307,10 @@ class EvalSection(_Section):
     tw-simple and ALFWorld, 40 tool calls for SWE), as `tripod eval` does."""
     before_training: bool = True
     """Also evaluate the starting model (and the SFT model), for a before/after table."""
+    before_dagger: bool = False
+    """With `sft.dagger_games`, also evaluate the SFT model before its DAgger round (stage
+    `sft-before-dagger`), on the same games: the round's effect, without evaluating the
+    base model as `before_training` does."""
     batch_size: int | None = Field(None, ge=1)
     """Episodes an evaluation plays at once; None: `rollout.batch_size`. Each holds a KV-cache
     slot (46 KB per position for SmolLM2): lower it for long evaluation games on little

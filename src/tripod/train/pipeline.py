@@ -215,9 +215,11 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
     results["sft_train"] = {"demos": len(demos), "tokens": sft.tokens,
                             "final_loss": sft.final_loss, "seconds": sft.seconds}
     if dagger:
-        if heldout:   # the same accuracy before the DAgger round, for comparison
-            with paused(clock):
+        with paused(clock):  # the same measures before the DAgger round, for comparison
+            if heldout:
                 _heldout_accuracy("sft-before-dagger", policy, heldout, cfg, results)
+            if cfg.eval.before_dagger:
+                evaluate_all("sft-before-dagger", policy, cfg, results, pool)
         results["sft_train"]["dagger"] = _dagger(policy, cfg, demos, pool)
     if clock is not None:
         clock.boundary(policy, "sft")
