@@ -175,11 +175,14 @@ def test_turn_state_keys_follow_observations_and_skip_invalid_actions() -> None:
     # turn 0 acts from the first observation; turn 2 acts after an invalid action: still in
     # the hall after one effective action (not in the state "I don't understand"); turn 3
     # is back in the kitchen, but after two effective actions: another key than turn 0's.
-    assert keys == [state_key("0\nkitchen"), state_key("1\nhall"), state_key("1\nhall"),
-                    state_key("2\nkitchen")]
+    assert keys == [state_key("0\n0.0\nkitchen"), state_key("1\n0.0\nhall"),
+                    state_key("1\n0.0\nhall"), state_key("2\n0.0\nkitchen")]
     assert len(set(keys)) == 3
     other = _traj([("hall", TurnStatus.OK), ("kitchen", TurnStatus.OK)])
     assert turn_state_keys(other)[:2] == keys[:2]  # same path so far, same keys
+    # the same room after as many actions, with a goal condition met: another state
+    other.turns[0].progress = 0.5
+    assert turn_state_keys(other)[1] != keys[1]
     assert state_key("hall") == state_key("hall") != state_key("Hall")
     assert 0 <= state_key("\udcff invalid surrogate") < 2**63
 

@@ -92,24 +92,29 @@ def state_key(text: str) -> int:
 def turn_state_keys(traj: Trajectory) -> list[int]:
     """Per turn, a key of the environment state the turn's action was taken from (GiGPO's
     anchor state): the observation the agent acted on (the first observation for turn 0)
-    together with the number of actions the env has carried out so far.
+    together with the number of actions the env has carried out so far and the env's
+    progress in that state.
 
-    The count keeps apart states that read alike but are not the same: the toy task asks the
-    same question on every turn, and a TextWorld room reads the same before and after an
-    object in it was taken. After an action the env did not carry out (invalid or truncated)
-    the state has not changed, so the turn keeps the previous turn's key rather than taking
-    the key of the env's "I didn't understand" message. Two episodes of a group share a key
-    when they reached the same observation after the same number of effective actions."""
+    The count and the progress keep apart states that read alike but are not the same: the
+    toy task asks the same question on every turn, a TextWorld room reads the same before
+    and after an object in it was taken, and an ALFWorld `look` or `examine` reads the same
+    before and after the object the agent carries was heated (a goal condition met: more
+    progress). After an action the env did not carry out (invalid or truncated) the state
+    has not changed, so the turn keeps the previous turn's key rather than taking the key of
+    the env's "I didn't understand" message. Two episodes of a group share a key when they
+    reached the same observation with the same progress after the same number of effective
+    actions."""
     keys: list[int] = []
     done = 0
     for k in range(traj.num_turns):
         if k == 0:
-            keys.append(state_key(f"0\n{traj.first_observation}"))
+            keys.append(state_key(f"0\n{traj.start_progress!r}\n{traj.first_observation}"))
         elif traj.turns[k - 1].status is not TurnStatus.OK:
             keys.append(keys[-1])
         else:
             done += 1
-            keys.append(state_key(f"{done}\n{traj.turns[k - 1].observation}"))
+            before = traj.turns[k - 1]
+            keys.append(state_key(f"{done}\n{before.progress!r}\n{before.observation}"))
     return keys
 
 
