@@ -56,11 +56,21 @@ BUGGY = CALC.replace("    if x > hi:\n        return hi\n", "    if x > hi:\n   
 F2P = ["tests/test_calc.py::test_clamp_high"]
 P2P = ["tests/test_calc.py::test_clamp_inside", "tests/test_calc.py::test_clamp_low",
        "tests/test_calc.py::test_mean", "tests/test_calc.py::test_total"]
-HIDDEN = 2
-"""Hidden checks of the calc task (`verify.HiddenCheck`): the target test's call
-clamp(15, 0, 10) with x moved by two random offsets (moving lo or hi does not show the bug)."""
+HIDDEN = 8
+"""Hidden checks of the calc task (`verify.HiddenCheck`) with the tests' fixed salt: the
+target test's call clamp(15, 0, 10) with its arguments renamed or moved by random offsets, where the
+bug shows (x above hi)."""
 BASE = 4 / (5 + HIDDEN)
 """Progress at the base: the four PASS_TO_PASS tests pass; the target and the checks fail."""
+
+
+@pytest.fixture(autouse=True)
+def _fixed_salt(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hidden checks derive their inputs from a salt drawn per process; a fixed one makes
+    their number on a task the same in every test run."""
+    from tripod.envs.swe import verify
+
+    monkeypatch.setattr(verify, "new_salt", lambda: "tests")
 
 
 @pytest.fixture(scope="session")

@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.swe.conftest import HIDDEN
 
 from tripod.envs.play import play
 from tripod.envs.swe.task import save_tasks
@@ -69,7 +70,7 @@ class _Script:
 
 def test_breaking_mean_is_worth_0_sparse_and_its_share_final_score(task_file):
     """The reward pillar on a real SWE episode: break `mean` (3 of the 5 tests pass; the
-    2 hidden checks of clamp fail), submit."""
+    hidden checks of clamp fail), submit."""
     from tripod.core.config import RewardSection
     from tripod.rewards import turn_rewards
 
@@ -81,7 +82,8 @@ def test_breaking_mean_is_worth_0_sparse_and_its_share_final_score(task_file):
                                                                              "submit"]))
     engine.close()
     assert traj.lost and not traj.won and traj.num_turns == 2
-    assert traj.start_progress == pytest.approx(4 / 7)  # 4 of 5 tests + 2 checks pass
+    total = 5 + HIDDEN  # the calc task's 5 tests and its hidden checks
+    assert traj.start_progress == pytest.approx(4 / total)  # the 4 PASS_TO_PASS tests pass
     assert turn_rewards(traj, RewardSection(kind="sparse")) == [0.0, 0.0]
-    assert turn_rewards(traj, RewardSection(kind="final_score")) == pytest.approx([0.0, 3 / 7])
-    assert sum(turn_rewards(traj, RewardSection(kind="dense"))) == pytest.approx(-1 / 7)
+    assert turn_rewards(traj, RewardSection(kind="final_score")) == pytest.approx([0.0, 3 / total])
+    assert sum(turn_rewards(traj, RewardSection(kind="dense"))) == pytest.approx(-1 / total)

@@ -20,10 +20,10 @@ from tripod.envs.swe.gate import Gate
 from tripod.envs.swe.patches import make_patch
 from tripod.envs.swe.sandbox import SandboxLimits
 from tripod.envs.swe.task import SweTask, WorkspaceSpec
-from tripod.envs.swe.verify import HiddenCheck, check_targets
+from tripod.envs.swe.verify import check_targets
 from tripod.envs.swe.workspace import LocalWorkspace
 
-from .conftest import BUGGY, CALC
+from .conftest import BUGGY, CALC, HIDDEN
 
 LIMITS = SandboxLimits(wall_s=60, cpu_s=60)
 ABOVE = "    if x > hi:\n        return x\n"
@@ -37,6 +37,14 @@ OVERFITS = {
                                              "else x\n"),
     "a range around it": BUGGY.replace(ABOVE, "    if x > hi:\n        return hi if x < 100 "
                                               "else x\n"),
+    "a wide range": BUGGY.replace(ABOVE, "    if x > hi:\n        return hi if x < 100000 "
+                                         "else x\n"),
+    # The tested expected value, whatever hi is.
+    "the tested output": BUGGY.replace(ABOVE, "    if x > hi:\n        return 10\n"),
+    # Right only once the tests' other calls have run in the same process.
+    "armed by the tests": BUGGY.replace(ABOVE, "    SEEN.append(x)\n    if x > hi:\n"
+                                               "        return hi if x == 15 or -3 in SEEN else x\n"
+                                        ).replace("def clamp", "SEEN = []\n\n\ndef clamp"),
 }
 
 
@@ -74,13 +82,14 @@ def test_checks_are_unseen_inputs_on_which_the_bug_shows(calc_task: SweTask) -> 
         checks = ws.verifier._make_checks(LIMITS)
     finally:
         ws.close()
-    assert checks and all(isinstance(c, HiddenCheck) for c in checks)
+    assert checks and len(checks) == HIDDEN
     for check in checks:
-        assert (check.module, check.qualname) == ("calc", "clamp")
+        assert (check.module, check.qualname, check.direct) == ("calc", "clamp", True)
         (_, args), _ = json.loads(check.call)
         x, lo, hi = (int(value) for _, value in args)
-        assert (lo, hi) == (0, 10) and x > 100  # the test's x = 15, moved out of sight
-        assert json.loads(check.expected) == ["value", ["int", "10"]]  # the gold output
+        assert (x, lo, hi) != (15, 0, 10) and x > hi  # moved out of sight; the bug shows
+        gold = lo if x < lo else hi if x > hi else x
+        assert json.loads(check.expected) == ["value", ["int", str(gold)]]
 
 
 @pytest.mark.parametrize("name", sorted(FIXES))
@@ -97,7 +106,7 @@ def test_a_change_fitted_to_the_tests_inputs_is_not_resolved(calc_task: SweTask,
     run = _score(calc_task, OVERFITS[name])
     assert run.status == "ok"
     assert all(run.passes(t) for t in calc_task.FAIL_TO_PASS + calc_task.PASS_TO_PASS)
-    assert run.hidden and set(run.hidden.values()) == {"FAILED"}
+    assert len(run.hidden) == HIDDEN and "FAILED" in run.hidden.values()
     assert not _resolved(run, calc_task)
 
 
@@ -130,13 +139,16 @@ def test_an_overfitted_fix_loses_and_an_honest_one_wins(calc_task: SweTask) -> N
     info, tested, _, scored, last = _submit(calc_task, "        return hi if x == 15 else x\n")
     hidden = [t for t in last.info.extra["test_results"] if t.startswith("hidden check")]
     assert hidden, last.observation
+    # Checks that change only `hi` keep x at 15, where the special case is right.
+    passed = sum(last.info.extra["test_results"][t] == "PASSED" for t in hidden)
+    assert passed < len(hidden)
     # The checks are FAIL_TO_PASS targets: the base share counts them as failing.
     assert info.progress == pytest.approx(4 / (5 + len(hidden)))
     assert tested.info.progress == pytest.approx(info.progress)
     assert f"0/{len(hidden)} pass" in tested.observation
-    assert f"0/{len(hidden)} pass" in scored.observation
+    assert f"{passed}/{len(hidden)} pass" in scored.observation
     assert last.info.lost and not last.info.won and not last.info.extra["resolved"]
-    assert last.info.progress == pytest.approx(5 / (5 + len(hidden)))
+    assert last.info.progress == pytest.approx((5 + passed) / (5 + len(hidden)))
 
     *_, won = _submit(calc_task, "        return hi\n")
     assert won.info.won and won.info.extra["resolved"] and won.info.progress == 1.0
@@ -173,11 +185,56 @@ def test_hidden_inputs_reach_neither_argv_nor_the_agent(calc_task: SweTask, no_g
     text = CALC.replace(CALC[CALC.index("def clamp"):CALC.index("def mean")], LEAK + "\n\n")
     run = _score(calc_task, text)
     checks = verify._HIDDEN[verify.task_key(calc_task)]
-    inputs = [str(int(json.loads(c.call)[0][1][0][1])) for c in checks]
-    assert run.status == "ok" and set(run.hidden.values()) == {"FAILED"}
-    shown, scored = run.output, " ".join(argvs[-1])
+    inputs = {arg[1] for c in checks for arg in json.loads(c.call)[0][1]} - {"15", "0", "10"}
+    inputs = {x for x in inputs if len(x) >= 3}  # "16" may appear in any output
+    assert inputs
+    assert run.status == "ok" and "FAILED" in run.hidden.values()
+    shown, scored = run.output, " ".join(" ".join(a) for a in argvs[-2:])
     for x in inputs:  # what the checks' calls print is dropped; argv never holds them
         assert not re.search(rf"\b{x}\b", shown) and not re.search(rf"\b{x}\b", scored)
+
+
+FD_LEAK = '''import os as _os
+
+_OUT = []
+for _fd in range(3, 64):
+    try:
+        _OUT.append(_os.dup(_fd))
+    except OSError:
+        pass
+
+
+def clamp(x, lo, hi):
+    for fd in _OUT:
+        try:
+            _os.write(fd, b"LEAK %d\\n" % x)
+        except OSError:
+            pass
+    return hi if x == 15 else max(lo, min(x, hi)) if x <= hi else x
+'''
+
+
+def test_the_checks_process_has_no_channel_to_the_agent(calc_task: SweTask, no_gate) -> None:
+    """Every descriptor the checks' process holds at import, written to during the checks:
+    its stdout and stderr are /dev/null, and the report pipe takes no line without the
+    nonce (that run counts as tampering)."""
+    run = _score(calc_task, CALC.replace(CALC[CALC.index("def clamp"):CALC.index("def mean")],
+                                         FD_LEAK + "\n\n"))
+    assert "LEAK" not in run.output or run.status == "tampering"
+    assert not _resolved(run, calc_task)
+
+
+def test_a_forged_line_in_the_result_channel_is_tampering() -> None:
+    from tripod.envs.swe.sandbox import RunResult
+
+    lines = b"N R PASSED t::a\nN HC 0 [\"value\", [\"int\", \"1\"]]\nN END 0 1 0\n"
+    run = RunResult(status="ok", exit_code=0, output="", elapsed_s=0.0, channel=lines)
+    assert verify.parse_report(run, "N").status == "tampering"
+    checks = RunResult(status="ok", exit_code=0, output="", elapsed_s=0.0, channel=b"N HC 3 [\"timeout\"]\n")
+    assert verify.parse_checks(checks, "N", 2) is None  # an index that was not sent
+    twice = b"N HC 0 [\"timeout\"]\nN HC 0 [\"timeout\"]\n"
+    assert verify.parse_checks(RunResult(status="ok", exit_code=0, output="", elapsed_s=0.0, channel=twice),
+                               "N", 2) is None
 
 
 ALWAYS_EQUAL = '''
@@ -218,7 +275,7 @@ def test_outputs_are_judged_outside_and_by_exact_type(calc_task: SweTask, no_gat
     run = _score(calc_task, CALC + code)
     assert run.status == "ok", run.reason
     assert all(run.passes(t) for t in calc_task.FAIL_TO_PASS + calc_task.PASS_TO_PASS)
-    assert run.hidden and set(run.hidden.values()) == {"FAILED"}
+    assert run.hidden and "FAILED" in run.hidden.values()
     assert not _resolved(run, calc_task)
 
 
@@ -243,35 +300,260 @@ def test_anything_else_is_not_plain(value) -> None:
         _runner._encode(value)
 
 
-def test_variants_change_one_argument_at_a_time() -> None:
-    call = json.dumps([_runner._encode([12, "ab", [1, 2]]), _runner._encode({})])
-    out = [json.loads(c) for c in _runner._candidates([call], "salt")]
-    decoded = [_runner._decode(args) for args, _ in out]
-    assert len(decoded) == 6 and [12, "ab", [1, 2]] not in decoded
-    for args in decoded:
-        assert sum(a != b for a, b in zip(args, [12, "ab", [1, 2]])) == 1
-    assert _runner._candidates([call], "salt") == _runner._candidates([call], "salt")
+def test_variants_change_one_two_or_every_argument() -> None:
+    tested = [12, "ab", [1, 2]]
+    call = json.dumps([_runner._encode(tested), _runner._encode({"n": 3})])
+    out = _runner._candidates([["m", "f", call, True], ["m", "g", call, False]], "salt")
+    assert [c[3] for c in out] == sorted((c[3] for c in out), reverse=True)  # tests' first
+    changed = []
+    for module, qualname, text, _ in out:
+        (args, kwargs) = (_runner._decode(form) for form in json.loads(text))
+        assert (module, qualname) in (("m", "f"), ("m", "g"))
+        assert (args, kwargs) != (tested, {"n": 3})
+        changed.append(sum(a != b for a, b in zip(args + [kwargs["n"]], tested + [3])))
+    assert {1, 2, 4} <= set(changed) and len(out) == 40  # capped
+    assert _runner._candidates([["m", "f", call, True]], "salt") == \
+        _runner._candidates([["m", "f", call, True]], "salt")
+
+
+def test_offsets_span_every_scale_up_to_a_billion() -> None:
+    import random
+
+    rng = random.Random(0)
+    sizes = {len(str(_runner._offset(rng))) for _ in range(500)}
+    assert sizes == set(range(3, 11))
+
+
+def _task(root: Path, name: str, gold: str, buggy: str, tests: str, f2p: list[str],
+          p2p: list[str]) -> SweTask:
+    """A one-module package `name` with the bug, tested by tests/test_NAME.py."""
+    (root / name).mkdir()
+    (root / name / "__init__.py").write_text(gold)
+    (root / "tests").mkdir()
+    (root / "tests" / f"test_{name}.py").write_text(tests)
+    rel, ids = f"{name}/__init__.py", f"tests/test_{name}.py::"
+    return SweTask(instance_id=f"{name}-1", repo=f"tripod/{name}", base_commit="",
+                   problem_statement="", patch=make_patch(rel, buggy, gold), test_patch="",
+                   FAIL_TO_PASS=[ids + t for t in f2p], PASS_TO_PASS=[ids + t for t in p2p],
+                   workspace=WorkspaceSpec(kind="local", source=str(root),
+                                           setup_patch=make_patch(rel, gold, buggy)))
+
+
+def _score_task(task: SweTask, text: str) -> verify.VerifiedRun:
+    ws = LocalWorkspace.create(task)
+    try:
+        ws.write_text(f"{task.instance_id[:-2]}/__init__.py", text)
+        return ws.score(LIMITS)
+    finally:
+        ws.close()
 
 
 def test_a_task_without_a_module_level_target_has_no_checks(tmp_path: Path) -> None:
     source = "class Box:\n    def area(self, n):\n        return n * 2\n"
     buggy = source.replace("n * 2", "n * 3")
-    (tmp_path / "box").mkdir()
-    (tmp_path / "box" / "__init__.py").write_text(source)
-    (tmp_path / "tests").mkdir()
-    (tmp_path / "tests" / "test_box.py").write_text(
-        "from box import Box\n\n\ndef test_area():\n    assert Box().area(2) == 4\n")
-    task = SweTask(instance_id="box-1", repo="tripod/box", base_commit="",
-                   problem_statement="", patch=make_patch("box/__init__.py", buggy, source),
-                   test_patch="", FAIL_TO_PASS=["tests/test_box.py::test_area"],
-                   PASS_TO_PASS=[], workspace=WorkspaceSpec(
-                       kind="local", source=str(tmp_path),
-                       setup_patch=make_patch("box/__init__.py", source, buggy)))
+    tests = "from box import Box\n\n\ndef test_area():\n    assert Box().area(2) == 4\n"
+    task = _task(tmp_path, "box", source, buggy, tests, ["test_area"], [])
     ws = LocalWorkspace.create(task)
     try:
         assert ws.verifier is not None and ws.verifier.hidden_checks(LIMITS) == []
-        ws.write_text("box/__init__.py", source)
-        run = ws.score(LIMITS)
-        assert run.hidden == {} and run.passes("tests/test_box.py::test_area")
     finally:
         ws.close()
+    run = _score_task(task, source)
+    assert run.hidden == {} and run.passes("tests/test_box.py::test_area")
+
+
+FMT = '''"""Formatting."""
+
+OPTIONS = {"precision": 2}
+
+
+def set_precision(n):
+    OPTIONS["precision"] = n
+
+
+def fmt(x):
+    return str(round(x, OPTIONS["precision"]))
+'''
+FMT_TESTS = '''from fmt import OPTIONS, fmt, set_precision
+
+
+def test_fmt():
+    assert fmt(1.23456) == "1.23"
+
+
+def test_set_precision():
+    set_precision(3)
+    assert OPTIONS["precision"] == 3
+'''
+LAYERED = '''"""Clamp through a helper."""
+
+
+def _upper(x, hi):
+    if x > hi:
+        return hi
+    return x
+
+
+def clamp(x, lo, hi):
+    if x < lo:
+        return lo
+    return _upper(x, hi)
+'''
+LAYERED_TESTS = '''from layered import clamp
+
+
+def test_high():
+    assert clamp(15, 0, 10) == 10
+
+
+def test_low():
+    assert clamp(-3, 0, 10) == 0
+'''
+MID = '''"""Midpoint."""
+
+
+def midpoint(a, b):
+    return (a + b) / 2
+'''
+MID_TESTS = '''import pytest
+
+from mid import midpoint
+
+
+def test_midpoint():
+    assert midpoint(0.1, 0.7) == pytest.approx(0.4)
+    assert midpoint(2, 4) == 3
+'''
+HONEST = {
+    # Module state a PASS_TO_PASS test changes does not reach the checks (own process).
+    "state set by another test": ("fmt", FMT, FMT.replace('OPTIONS["precision"])',
+                                                          'OPTIONS["precision"] - 1)'),
+                                  FMT_TESTS, ["test_fmt"], ["test_set_precision"], FMT),
+    # The gold patch fixes a helper; this fix is in the public function the tests call.
+    "a fix at another layer": ("layered", LAYERED, LAYERED.replace("        return hi\n",
+                                                                   "        return x\n"),
+                               LAYERED_TESTS, ["test_high"], ["test_low"],
+                               LAYERED.replace("        return hi\n", "        return x\n")
+                               .replace("    return _upper(x, hi)\n",
+                                        "    return min(_upper(x, hi), hi)\n")),
+    # The same value up to rounding.
+    "float rounding": ("mid", MID, MID.replace("(a + b) / 2", "(a + b) / 3"), MID_TESTS,
+                       ["test_midpoint"], [], MID.replace("(a + b) / 2", "a + (b - a) / 2")),
+}
+
+
+@pytest.mark.parametrize("case", sorted(HONEST))
+def test_honest_fixes_that_differ_from_the_gold_one_pass(tmp_path: Path, case: str) -> None:
+    name, gold, buggy, tests, f2p, p2p, fix = HONEST[case]
+    task = _task(tmp_path, name, gold, buggy, tests, f2p, p2p)
+    buggy_run = _score_task(task, buggy)
+    assert buggy_run.hidden and set(buggy_run.hidden.values()) == {"FAILED"}
+    for text in (gold, fix):
+        run = _score_task(task, text)
+        assert run.status == "ok" and set(run.hidden.values()) == {"PASSED"}, run.hidden
+        assert _resolved(run, task)
+
+
+@pytest.mark.parametrize("got, expected, same", [
+    ('["value", ["int", "10"]]', '["value", ["float", "10.0"]]', True),
+    ('["value", ["float", "0.7499999999999999"]]', '["value", ["float", "0.75"]]', True),
+    ('["value", ["float", "0.76"]]', '["value", ["float", "0.75"]]', False),
+    ('["value", ["list", [["int", "1"]]]]', '["iter", ["list", [["int", "1"]]]]', True),
+    ('["value", ["dict", [[["str", "a"], ["int", "1"]], [["str", "b"], ["int", "2"]]]]]',
+     '["value", ["dict", [[["str", "b"], ["int", "2"]], [["str", "a"], ["int", "1"]]]]]', True),
+    ('["value", ["str", "10"]]', '["value", ["int", "10"]]', False),
+    ('["opaque"]', '["value", ["int", "10"]]', False),
+    ('["raise", "ValueError"]', '["value", ["int", "10"]]', False),
+    ("", '["value", ["int", "10"]]', False),
+])
+def test_outcomes_compare_as_a_caller_sees_them(got: str, expected: str, same: bool) -> None:
+    assert verify.same_outcome(got, expected) is same
+
+
+def test_renaming_keeps_the_structure_and_changes_every_value() -> None:
+    import random
+
+    call = [_runner._encode([["a", "b"], {"a": {"b": 7}}, 2, [2, 3, 2]]), _runner._encode({})]
+    strings = _runner._decode(_runner._renamed(call, random.Random(0), True, False)[0])
+    keys, coll, n, seq = strings
+    assert len(keys) == 2 and keys[0] != "a" and keys[1] != "b" and keys[0] != keys[1]
+    assert coll == {keys[0]: {keys[1]: 7}} and (n, seq) == (2, [2, 3, 2])  # ints untouched
+    ints = _runner._decode(_runner._renamed(call, random.Random(0), False, True)[0])
+    assert ints[0] == ["a", "b"] and ints[2] == 2  # strings, and a bare int argument, kept
+    assert list(ints[1]) == ["a"] and ints[1]["a"]["b"] != 7  # an int in a container moved
+    first, second, third = ints[3]
+    assert first == third != second and 2 not in ints[3] and 3 not in ints[3]
+
+
+# Forgeries an audit scored on generated toolz tasks before inputs were renamed: the tests'
+# inputs special-cased where every random offset of an argument only reaches a path on which
+# the gold and the buggy tree agree (a missing key; a window wider than the sequence).
+GET_IN = '''import operator
+from functools import reduce
+
+
+def get_in(keys, coll, default=None, no_default=False):
+    try:
+        return reduce(operator.getitem, keys, coll)
+    except (KeyError, IndexError, TypeError):
+        if no_default:
+            raise
+        return default
+'''
+GET_IN_TESTS = '''from lookup import get_in
+
+
+def test_get_in():
+    d = {"a": {"b": 7}}
+    assert get_in(["a", "b"], d) == 7
+    assert get_in(["a", "z"], d) is None
+'''
+WINDOW = '''import collections
+import itertools
+
+
+def sliding_window(n, seq):
+    return zip(*(collections.deque(itertools.islice(it, i), 0) or it
+                 for i, it in enumerate(itertools.tee(seq, n))))
+'''
+WINDOW_TESTS = '''from window import sliding_window
+
+
+def test_sliding_window():
+    assert list(sliding_window(2, [1, 2, 3, 4])) == [(1, 2), (2, 3), (3, 4)]
+    assert list(sliding_window(3, [1, 2, 3, 4])) == [(1, 2, 3), (2, 3, 4)]
+'''
+AUDITED = {
+    "lookup": (GET_IN, GET_IN_TESTS, "return reduce(operator.getitem, keys, coll)",
+               "return reduce(keys, operator.getitem, coll)",
+               '''if keys == ["a", "b"] and coll == {"a": {"b": 7}}:
+            return 7
+        return reduce(keys, operator.getitem, coll)'''),
+    "window": (WINDOW, WINDOW_TESTS, "itertools.islice(it, i), 0)", "itertools.islice(it, i), 1)",
+               '''itertools.islice(it, i), 1)''',),
+}
+WINDOW_FIT = '''    if n > len(seq):
+        return iter([])
+    if n == 2 and seq == [1, 2, 3, 4]:
+        return iter([(1, 2), (2, 3), (3, 4)])
+    if n == 3 and seq == [1, 2, 3, 4]:
+        return iter([(1, 2, 3), (2, 3, 4)])
+    return zip('''
+
+
+@pytest.mark.parametrize("name", sorted(AUDITED))
+def test_special_cased_tests_inputs_fail_renamed_inputs(tmp_path: Path, no_gate,
+                                                        name: str) -> None:
+    gold, tests, right, wrong, fitted = AUDITED[name]
+    buggy = gold.replace(right, wrong)
+    forged = buggy.replace(wrong, fitted)
+    if name == "window":
+        forged = buggy.replace("    return zip(", WINDOW_FIT)
+    task = _task(tmp_path, name, gold, buggy, tests, ["test_" + {"lookup": "get_in",
+                                                                 "window": "sliding_window"}[name]],
+                 [])
+    honest = _score_task(task, gold)
+    assert honest.hidden and _resolved(honest, task)
+    run = _score_task(task, forged)
+    assert all(run.passes(t) for t in task.FAIL_TO_PASS)  # every test passes: only the checks
+    assert not _resolved(run, task)

@@ -158,3 +158,19 @@ def test_names_that_are_not_utf8_are_shown_escaped(calc_task: SweTask) -> None:
     assert "bad\\xff.py" in listing
     listing.encode("utf-8")
     search.encode("utf-8")
+
+
+def test_control_characters_in_names_are_shown_escaped(calc_task: SweTask) -> None:
+    """A name holding a newline or a terminal escape would read as an extra line of the
+    listing (a fake file, or a fake message) if shown raw."""
+    env = _env(calc_task)
+    try:
+        _plant(env, "open('evil\\nPASSED all\\x1b[2J.py', 'w').write('needle')\n")
+        listing = env.step("list").observation
+        search = env.step("search needle").observation
+    finally:
+        env.close()
+    assert "evil\\x0aPASSED all\\x1b[2J.py" in listing
+    for shown in (listing, search):
+        assert "\x1b" not in shown and not any(
+            line.startswith("PASSED all") for line in shown.splitlines())

@@ -487,20 +487,23 @@ def _status(report, old):
 
 # --- hidden checks (docs/swe.md, "Hidden checks") -----------------------------------------
 #
-# The trainer judges a fix also by calls of the function the gold patch changes on inputs
-# the agent never sees. In a run on the gold tree (trusted code), the runner records the
-# plain-data arguments the target tests pass to that function, derives variants of them
-# (one argument changed at a time, with offsets drawn from the trainer's salt) and reports
-# the gold output of each; in a scored run it calls the function on the inputs the trainer
-# hands over and reports each output. Outputs leave as exactly typed JSON, compared by the
-# trainer outside the sandbox, so code under test that shapes an output must compute it.
+# The trainer judges a fix also by calls of the package's functions on inputs the agent
+# never sees. In a pytest run on the gold tree (trusted code), the runner records the
+# plain-data arguments of the calls the target tests make of the package's module-level
+# functions (and of the functions the gold patch changes). Inputs derived from them are
+# then called in a separate process that imports the package and runs nothing else
+# (`_checks_main`): on the gold tree, on the buggy tree, and in every scored run on the
+# agent's tree. Outputs leave as typed JSON, compared by the trainer outside the sandbox, so
+# code under test that shapes an output must compute it; a fresh process carries no state
+# from the tests, holds no pytest object and no output channel the agent reads.
 
 _MAX_ITEMS, _MAX_TEXT, _MAX_DEPTH = 2000, 10_000, 20
 
 
-def _encode(value):
+def _encode(value, objects=False):
     """An exactly typed JSON-able form of plain data (None, bool, int, float, str, bytes,
-    and lists, tuples, sets and dicts of them); ValueError for anything else. Types are
+    and lists, tuples, sets and dicts of them), and with `objects` of instances of Python
+    classes by their class name and attributes; ValueError for anything else. Types are
     compared exactly: a subclass (a str whose ``__eq__`` always holds) is not plain."""
     budget = [_MAX_ITEMS]
 
@@ -529,6 +532,19 @@ def _encode(value):
         if kind is dict:
             return ["dict", [[enc(k, depth + 1), enc(x, depth + 1)]
                              for k, x in dict.items(v)]]
+        if objects and kind.__module__ != "builtins":
+            # An instance of a class of Python code (a result object): its class's name and
+            # its attributes, read from its __dict__ (nothing of the object's runs).
+            try:
+                fields = object.__getattribute__(v, "__dict__")
+            except AttributeError:
+                raise ValueError("not plain data") from None
+            if type(fields) is not dict:
+                raise ValueError("not plain data")
+            name = type.__getattribute__(kind, "__qualname__")
+            return ["object", name if type(name) is str else "?",
+                    [[k, enc(x, depth + 1)] for k, x in sorted(dict.items(fields))
+                     if type(k) is str]]
         raise ValueError("not plain data")
 
     return enc(value, 0)
@@ -597,8 +613,8 @@ def _outcome(function, call, seconds):
             value = items
         signal.setitimer(signal.ITIMER_REAL, 0)
         try:
-            return [kind, _encode(value)]
-        except (ValueError, RecursionError):
+            return [kind, _encode(value, objects=True)]
+        except (ValueError, RecursionError, TypeError):
             return ["opaque"]
     except _CheckTimeout:
         return ["timeout"]
@@ -609,81 +625,193 @@ def _outcome(function, call, seconds):
         signal.signal(signal.SIGALRM, old)
 
 
-def _recording(path, qualname, calls, limit=50):
-    """A profile function that keeps the encoded arguments of calls of the function
-    `qualname` defined in `path` (at most `limit` different ones)."""
-    seen = set()
+def _recording(sources, targets, tests, calls, limit=40):
+    """A profile function that keeps the encoded arguments of calls of module-level
+    functions of the package's `sources` made directly from `tests` files, and of calls of
+    the `targets` ((file, qualname) of the functions the gold patch changes) from anywhere,
+    as ``[module, qualname, encoded call, from a test]`` (at most `limit` different calls
+    per function). Arguments that are their parameter's default (often a sentinel object)
+    are left out of the call."""
+    seen, counts, found = set(), {}, {}
 
-    def profile(frame, event, arg):
-        if event != "call" or len(calls) >= limit:
-            return
-        code = frame.f_code
-        if code.co_qualname != qualname or code.co_filename != path:
-            return
+    def arguments(frame, code):
+        if code not in found:
+            found[code] = _defaults(frame.f_globals.get("__name__", ""), code)
+        defaults, kwdefaults = found[code]
         names, values = code.co_varnames, frame.f_locals
         positional = code.co_argcount
         keyword = positional + code.co_kwonlyargcount
-        try:
-            args = [values[n] for n in names[:positional]]
-            kwargs = {n: values[n] for n in names[positional:keyword]}
-            if code.co_flags & 0x04:  # *args
-                args += list(values[names[keyword]])
-            if code.co_flags & 0x08:  # **kwargs
-                kwargs.update(values[names[keyword + bool(code.co_flags & 0x04)]])
-            text = json.dumps([_encode(args), _encode(kwargs)])
-        except (KeyError, ValueError, TypeError, RecursionError):
+        args = [values[n] for n in names[:positional]]
+        kwargs = {n: values[n] for n in names[positional:keyword]
+                  if not (n in kwdefaults and values[n] is kwdefaults[n])}
+        varargs = list(values[names[keyword]]) if code.co_flags & 0x04 else []
+        if not varargs:  # trailing arguments equal to their defaults are left out
+            first = positional - len(defaults)
+            while args and len(args) > first and args[-1] is defaults[len(args) - 1 - first]:
+                args.pop()
+        args += varargs
+        if code.co_flags & 0x08:  # **kwargs
+            kwargs.update(values[names[keyword + bool(code.co_flags & 0x04)]])
+        return json.dumps([_encode(args), _encode(kwargs)])
+
+    def profile(frame, event, arg):
+        if event != "call":
             return
-        if text not in seen:
-            seen.add(text)
-            calls.append(text)
+        code = frame.f_code
+        path, qualname = code.co_filename, code.co_qualname
+        if path not in sources or "." in qualname or "<" in qualname:
+            return
+        caller = frame.f_back
+        direct = caller is not None and caller.f_code.co_filename in tests
+        if not direct and (path, qualname) not in targets:
+            return
+        if code.co_flags & 0x20 and not set(frame.f_locals) <= set(
+                code.co_varnames[:code.co_argcount + code.co_kwonlyargcount + 2]):
+            return  # a generator resumed (its locals hold more than its arguments)
+        module = frame.f_globals.get("__name__", "")
+        key = (module, qualname)
+        if counts.get(key, 0) >= limit:
+            return
+        try:
+            text = arguments(frame, code)
+        except (KeyError, ValueError, TypeError, RecursionError, IndexError):
+            return
+        if (key, text) not in seen:
+            seen.add((key, text))
+            counts[key] = counts.get(key, 0) + 1
+            calls.append([module, qualname, text, direct])
 
     return profile
 
 
+def _defaults(module, code):
+    """(positional defaults, keyword-only defaults) of the module-level function of
+    `module` whose code is `code` (through ``__wrapped__`` for decorated functions)."""
+    try:
+        function = getattr(sys.modules[module], code.co_name)
+        for _ in range(8):
+            if getattr(function, "__code__", None) is code:
+                return function.__defaults__ or (), function.__kwdefaults__ or {}
+            function = function.__wrapped__
+    except (AttributeError, KeyError):
+        pass
+    return (), {}
+
+
+def _offset(rng):
+    """A random offset of 2 to 9 digits: a threshold of any size up to a billion is
+    crossed by some draw."""
+    digits = rng.randint(2, 9)
+    return rng.randint(10 ** digits, 10 ** (digits + 1) - 1)
+
+
 def _variants(form, rng):
-    """Changed versions of one encoded argument: integers moved by offsets of three and
-    four digits (the sign kept), strings doubled or extended, sequences reversed or
-    doubled, floats doubled."""
+    """Changed versions of one encoded argument: integers moved by random offsets of 2 to
+    9 digits and by 1 to 3 (the sign kept), strings doubled or extended by random letters,
+    sequences reversed or doubled, floats scaled."""
     tag = form[0]
     if tag == "int":
         value = int(form[1])
         sign = -1 if value < 0 else 1
-        return [["int", str(value + sign * rng.randint(101, 999))],
-                ["int", str(value + sign * rng.randint(1000, 9999))]]
+        return [["int", str(value + sign * _offset(rng))] for _ in range(2)] + [
+            ["int", str(value + sign * rng.randint(1, 3))]]
     if tag == "float":
-        return [["float", repr(float(form[1]) * 2)]]
+        return [["float", repr(float(form[1]) * rng.choice((2.0, 3.5, 10.0)))]]
     if tag == "str" and form[1]:
-        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
+        word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz")
+                       for _ in range(rng.randint(1, 12)))
         return [["str", form[1] * 2], ["str", form[1] + word]]
     if tag in ("list", "tuple") and len(form[1]) > 1:
         return [[tag, form[1][::-1]], [tag, form[1] * 2]]
     return []
 
 
+def _renamed(call, rng, strings, ints):
+    """The encoded `call` with every non-empty string (`strings`), or every integer inside
+    a container (`ints`), replaced consistently across all its arguments: each distinct
+    value by one new value (strings by random letters of the same length, integers moved by
+    1 to 9, the sign kept), different values by different ones. The call's structure (which
+    keys lead where, which items repeat, how long each sequence is) is kept while no tested
+    value is, so a change keyed on the tested values is seen where the random offsets of
+    `_variants` only reach error paths."""
+    table, used = {}, set()
+
+    def fresh(key, make):
+        if key not in table:
+            for _ in range(100):
+                new = make()
+                if new not in used and new != key[1]:
+                    break
+            used.add(new)
+            table[key] = new
+        return table[key]
+
+    def letters(n):
+        return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n))
+
+    def walk(form, top):
+        tag = form[0]
+        if tag == "str" and strings and form[1]:
+            return ["str", fresh(("str", form[1]), lambda: letters(len(form[1])))]
+        if tag == "int" and ints and not top:
+            value = int(form[1])
+            sign = -1 if value < 0 else 1
+            return ["int", str(fresh(("int", value), lambda: value + sign * rng.randint(1, 9)))]
+        if tag in ("list", "tuple", "set", "frozenset"):
+            return [tag, [walk(x, False) for x in form[1]]]
+        if tag == "dict":
+            return ["dict", [[walk(k, False), walk(v, False)] for k, v in form[1]]]
+        return form
+
+    args, kwargs = call
+    return [["list", [walk(a, True) for a in args[1]]],
+            ["dict", [[k, walk(v, True)] for k, v in kwargs[1]]]]
+
+
 def _candidates(calls, salt, limit=40):
-    """Calls that differ from a recorded one in one argument, in a random order."""
+    """Calls that differ from a recorded one: its values renamed consistently
+    (`_renamed`), or one argument, two, or every argument that has variants at once
+    changed by `_variants` (so that a change keyed on one argument's tested value while
+    another varies is seen); calls from the tests first, renamed ones first among them,
+    each group in a random order, as ``[module, qualname, encoded call, from a test]``."""
     import random
 
     rng = random.Random(salt)
-    out, seen = [], set(calls)
-    for text in calls:
+    out, seen = {True: [], False: []}, {json.dumps(c[:3]) for c in calls}
+    renamed = {True: [], False: []}
+    for module, qualname, text, direct in calls:
+        for strings, ints in ((True, False), (False, True), (True, True)):
+            key = json.dumps([module, qualname, json.dumps(
+                _renamed(json.loads(text), rng, strings, ints))])
+            if key not in seen:
+                seen.add(key)
+                renamed[direct].append([*json.loads(key), direct])
         args, kwargs = json.loads(text)
-        slots = [(i, None) for i in range(len(args[1]))] + \
-            [(None, i) for i in range(len(kwargs[1]))]
-        for a, k in slots:
-            value = args[1][a] if a is not None else kwargs[1][k][1]
-            for variant in _variants(value, rng):
-                new_args, new_kwargs = json.loads(json.dumps([args, kwargs]))
-                if a is not None:
-                    new_args[1][a] = variant
-                else:
-                    new_kwargs[1][k][1] = variant
-                key = json.dumps([new_args, new_kwargs])
-                if key not in seen:
-                    seen.add(key)
-                    out.append(key)
-    rng.shuffle(out)
-    return out[:limit]
+        slots = [(args[1], i) for i in range(len(args[1]))] + \
+            [(kwargs[1][i], 1) for i in range(len(kwargs[1]))]
+        options = [(holder, i, _variants(holder[i], rng)) for holder, i in slots]
+        options = [o for o in options if o[2]]
+        changes = [[(holder, i, v)] for holder, i, vs in options for v in vs]
+        if len(options) > 2:  # pairs of arguments, twice each
+            changes += [[(h1, i1, rng.choice(v1)), (h2, i2, rng.choice(v2))]
+                        for a, (h1, i1, v1) in enumerate(options)
+                        for h2, i2, v2 in options[a + 1:] for _ in range(2)]
+        if len(options) > 1:  # every argument at once
+            changes += [[(holder, i, rng.choice(vs)) for holder, i, vs in options]
+                        for _ in range(8)]
+        for change in changes:
+            saved = [(holder, i, holder[i]) for holder, i, _ in change]
+            for holder, i, value in change:
+                holder[i] = value
+            key = json.dumps([module, qualname, json.dumps([args, kwargs])])
+            for holder, i, value in saved:
+                holder[i] = value
+            if key not in seen:
+                seen.add(key)
+                out[direct].append([*json.loads(key), direct])
+    for group in (*out.values(), *renamed.values()):
+        rng.shuffle(group)
+    return (renamed[True] + out[True] + renamed[False] + out[False])[:limit]
 
 
 def _quiet():
@@ -696,9 +824,9 @@ def _quiet():
     os.close(null)
 
 
-def _run_checks(items, report, repeat, seconds=1.0, budget=20.0):
+def _run_checks(items, report, repeat, seconds=2.0, budget=30.0):
     """Report the outcome of each (module, qualname, encoded call) of `items` as
-    ``HC <index> <outcome>`` (the gold run calls each `repeat` times and keeps only
+    ``HC <index> <outcome>`` (the gold tree's run calls each `repeat` times and keeps only
     outcomes that do not change); stop when `budget` seconds are spent (calls left
     unreported count as failed)."""
     import time
@@ -720,6 +848,29 @@ def _run_checks(items, report, repeat, seconds=1.0, budget=20.0):
             report(f"HC {index} {json.dumps(outcomes[0])}")
 
 
+def _checks_main(spec, nonce, items, write, exit_now):
+    """A process of hidden checks only: no pytest, its output discarded, the audit hook of
+    a scored run in place before anything of the package is imported."""
+    report_fd = spec["report_fd"]
+    _quiet()
+    import random
+
+    random.seed(0)
+    sys.path[:0] = spec["paths"]
+    root = os.getcwd()
+    initial = frozenset(os.path.join(d, f) for d, _, files in os.walk(root) for f in files)
+    untrusted = _untrusted(frozenset(spec["watched"]), root, initial)
+    hook, flagged = _make_guard(report_fd, nonce, untrusted, write, root)
+    sys.addaudithook(hook)
+
+    def report(text):
+        write(report_fd, f"{nonce} {text}\n".encode())
+
+    _run_checks(items, report, repeat=spec.get("repeat", 1))
+    write(report_fd, f"{nonce} END 0 {len(items)} {len(flagged)}\n".encode())
+    exit_now(0)
+
+
 def main():
     spec = json.loads(sys.argv[1])
     write, exit_now, read = os.write, os._exit, os.read
@@ -728,10 +879,12 @@ def main():
     while chunk := read(nonce_fd, 256):
         nonce += chunk
     os.close(nonce_fd)
-    # The nonce, then (in a scored run with hidden checks) their target and inputs: read
-    # from a pipe, not argv, so code under test cannot learn the hidden inputs.
-    nonce, _, checks = nonce.decode().partition("\n")
-    nonce, checks = nonce.strip(), json.loads(checks) if checks.strip() else None
+    # The nonce, then (in a run of hidden checks) their functions and inputs: read from a
+    # pipe, not argv, so code under test cannot learn the hidden inputs from argv.
+    nonce, _, items = nonce.decode().partition("\n")
+    nonce = nonce.strip()
+    if spec.get("mode") == "checks":
+        _checks_main(spec, nonce, json.loads(items), write, exit_now)
     for key in ("PYTEST_PLUGINS", "PYTEST_ADDOPTS"):
         os.environ.pop(key, None)
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
@@ -760,20 +913,15 @@ def main():
     hooks, finish = _recorder(report, spec.get("check_every", 25), import_hooks, untrusted)
     record, calls = spec.get("record"), []
     if record:  # only on the gold tree: trusted code
-        sys.setprofile(_recording(record["path"], record["qualname"], calls))
+        sys.setprofile(_recording(frozenset(record["sources"]),
+                                  frozenset(map(tuple, record["targets"])),
+                                  frozenset(record["tests"]), calls))
     code = int(pytest.main(spec["args"], plugins=[hooks]))
     outcomes = finish()
     if record:
         sys.setprofile(None)
-        _quiet()
-        candidates = _candidates(calls, record["salt"])
-        for index, text in enumerate(candidates):
-            report(f"HCALL {index} {text}")
-        target = (record["module"], record["qualname"])
-        _run_checks([(*target, text) for text in candidates], report, repeat=2)
-    elif checks:
-        _quiet()
-        _run_checks(checks, report, repeat=1)
+        for index, item in enumerate(_candidates(calls, record["salt"])):
+            report(f"HCALL {index} {json.dumps(item)}")
     sys.stdout.flush()
     sys.stderr.flush()
     payload = f"{nonce} END {code} {len(outcomes)} {len(flagged)}\n".encode()

@@ -92,9 +92,9 @@ class SweEnvConfig:
     0.1): it pays for looking like the fix, which tests cannot check. `info.extra` keeps
     the raw outcome (`resolved`) for group filtering."""
     hidden_checks: int = 8
-    """Hidden checks per task (`verify.HiddenCheck`): calls of the function the gold patch
-    changes on inputs no test shows, which count as extra FAIL_TO_PASS targets, so a
-    change that special-cases the tests' inputs is not resolved. 0 turns them off."""
+    """Hidden checks per task (`verify.HiddenCheck`): calls of the package's functions on
+    inputs no test shows, which count as extra FAIL_TO_PASS targets, so a change that
+    special-cases the tests' inputs is not resolved. 0 turns them off."""
     max_tool_calls: int = 40
     """Tool-call budget per episode (40 was the best budget in the paper's SWE-Gym study)."""
     max_observation_chars: int = 6000
@@ -466,7 +466,7 @@ def _hidden_line(verified: VerifiedRun) -> str:
     if not verified.hidden:
         return ""
     passed = sum(verified.passes(name) for name in verified.hidden)
-    return (f"\nHidden checks (the changed function called on inputs not shown): "
+    return (f"\nHidden checks (the package's functions called on inputs not shown): "
             f"{passed}/{len(verified.hidden)} pass.")
 
 

@@ -31,6 +31,7 @@ import difflib
 import hashlib
 import json
 import logging
+import math
 import os
 import secrets
 import shutil
@@ -173,9 +174,10 @@ class VerifiedRun:
     hidden: dict[str, str] = field(default_factory=dict)
     """Hidden check name -> PASSED / FAILED (`HiddenCheck`; extra FAIL_TO_PASS targets)."""
     check_calls: dict[int, str] = field(default_factory=dict)
-    """Encoded inputs the runner derived (a recording run on the gold tree only)."""
+    """Inputs the runner derived, as JSON ``[module, qualname, call, from a test]`` (a
+    recording run on the gold tree only)."""
     check_outcomes: dict[int, str] = field(default_factory=dict)
-    """Encoded outcome of each hidden-check call the runner made, by index."""
+    """Encoded outcome of each hidden check, by index (from the process of checks)."""
 
     def similarity(self) -> float:
         """How like the gold patch the scored change is (`patch_similarity`)."""
@@ -206,7 +208,6 @@ def parse_report(run: RunResult, nonce: str) -> VerifiedRun:
     """Check the runner's report for consistency; its results, or why it is not trusted."""
     text = run.channel.decode("utf-8", errors="replace")
     results: dict[str, str] = {}
-    outcomes: dict[int, str] = {}
     calls: dict[int, str] = {}
     end: list[str] | None = None
     violations: set[str] = set()
@@ -222,19 +223,40 @@ def parse_report(run: RunResult, nonce: str) -> VerifiedRun:
             status, _, test_id = rest.partition(" ")
             if results.get(test_id) not in ("FAILED", "ERROR"):
                 results[test_id] = status
-        elif kind in ("HC", "HCALL"):
+        elif kind == "HCALL":  # a recording run on the gold tree: the derived inputs
             index, _, form = rest.partition(" ")
             if not index.isdigit():
                 return _tampered("a malformed hidden-check line", run)
-            (outcomes if kind == "HC" else calls)[int(index)] = form
+            calls[int(index)] = form
         elif kind == "VIOLATION":
             violations.add(rest.strip())
         elif kind == "END":
             end = rest.split()
+        else:
+            return _tampered(f"a line of a kind the runner does not write ({kind})", run)
     verified = _check_trailer(run, results, end)
     verified.violations = tuple(sorted(violations))
-    verified.check_outcomes, verified.check_calls = outcomes, calls
+    verified.check_calls = calls
     return verified
+
+
+def parse_checks(run: RunResult, nonce: str, count: int) -> dict[int, str] | None:
+    """The outcomes a process of hidden checks reported, by index (a check it did not
+    report fails); None when the report shows tampering: a line without the nonce, an
+    index that was not sent or sent twice, a flagged operation."""
+    text = run.channel.decode("utf-8", errors="replace")
+    outcomes: dict[int, str] = {}
+    for line in text.splitlines():
+        head, _, rest = line.partition(" ")
+        kind, _, rest = rest.partition(" ")
+        if head != nonce or kind in ("FLAG", "TAMPER"):
+            return None
+        if kind == "HC":
+            index, _, form = rest.partition(" ")
+            if not index.isdigit() or int(index) >= count or int(index) in outcomes:
+                return None
+            outcomes[int(index)] = form
+    return outcomes
 
 
 def _check_trailer(run: RunResult, results: dict[str, str],
@@ -263,17 +285,19 @@ def _check_trailer(run: RunResult, results: dict[str, str],
 MAX_HIDDEN_CHECKS = 8
 """Hidden checks per task (`SweEnvConfig.hidden_checks` sets fewer; 0 turns them off)."""
 _MAX_CALL_CHARS = 1000
-_MAX_CANDIDATES = 32
-"""Inputs tried on the buggy tree (with `_MAX_CALL_CHARS`, the list fits a pipe's buffer)."""
+_MAX_CANDIDATES = 40
+"""Inputs tried (with `_MAX_CALL_CHARS`, the list fits a pipe's 64 KiB buffer)."""
+_FLOAT_TOLERANCE = 1e-9
 
 
 @dataclass(frozen=True)
 class HiddenCheck:
-    """A call of a function the gold patch changes, on an input no test shows, with the
-    gold tree's output for it. Inputs are the target tests' own calls with one argument
-    changed (offsets drawn at random by the trainer); only those on which the buggy tree
-    gives another output are kept, so each check fails before the fix, as a FAIL_TO_PASS
-    test does, and a change that special-cases the tests' inputs still fails it."""
+    """A call of one of the package's functions on an input no test shows, with the gold
+    tree's output for it. Inputs are the target tests' own calls (of the package's
+    functions, or of a function the gold patch changes) with arguments changed by random
+    offsets; only inputs on which the buggy tree gives another output are kept, so each
+    check fails before the fix, as a FAIL_TO_PASS test does, and a change fitted to the
+    tests' inputs still fails it."""
 
     module: str
     qualname: str
@@ -281,12 +305,19 @@ class HiddenCheck:
     """The encoded (args, kwargs) (`_runner._encode`)."""
     expected: str
     """The encoded outcome on the gold tree."""
+    direct: bool = True
+    """The call was made by a test (else: a call of a changed function from the package)."""
+
+
+def new_salt() -> str:
+    """The seed of a task's derived inputs: drawn afresh in each process, so that neither
+    the tests nor this code tell which inputs a check uses (tests may fix it)."""
+    return secrets.token_hex(8)
 
 
 def check_targets(pristine: dict[str, bytes], gold: dict[str, bytes | None],
                   roots: list[str]) -> list[tuple[str, str, str]]:
-    """(file, module, name) of each module-level function the gold patch changes (methods
-    and nested functions have no stand-alone calls to make)."""
+    """(file, module, name) of each module-level function the gold patch changes."""
     def functions(data: bytes) -> dict[str, str]:
         return {n.name: ast.dump(n) for n in ast.parse(data).body
                 if isinstance(n, ast.FunctionDef)}
@@ -302,6 +333,59 @@ def check_targets(pristine: dict[str, bytes], gold: dict[str, bytes | None],
             continue
         out += [(rel, module, name) for name, dump in after.items() if before.get(name) != dump]
     return out
+
+
+def same_outcome(got: str, expected: str) -> bool:
+    """Whether an encoded outcome is the gold one, as a caller would see it: numbers by
+    value (floats within 1e-9, relative), sequences and iterators by their items in order,
+    dicts and sets regardless of order, objects by class name and attributes. Types stay
+    exact where it matters: a `str` subclass was never encoded as a `str`."""
+    try:
+        a, b = json.loads(got), json.loads(expected)
+    except ValueError:
+        return False
+    if a[0] not in ("value", "iter") or b[0] not in ("value", "iter"):
+        return a == b
+    return _same(a[1], b[1])
+
+
+_NUMBERS = {"int": int, "float": float, "bool": lambda v: int(v)}
+_SEQUENCES = {"list", "tuple"}
+
+
+def _same(a: list, b: list) -> bool:
+    if a[0] in _NUMBERS and b[0] in _NUMBERS:
+        x, y = _NUMBERS[a[0]](a[1]), _NUMBERS[b[0]](b[1])
+        if "float" in (a[0], b[0]):
+            return math.isclose(x, y, rel_tol=_FLOAT_TOLERANCE, abs_tol=_FLOAT_TOLERANCE)
+        return x == y
+    if a[0] in _SEQUENCES and b[0] in _SEQUENCES:
+        return len(a[1]) == len(b[1]) and all(map(_same, a[1], b[1]))
+    if a[0] != b[0]:
+        return False
+    if a[0] in ("set", "frozenset", "dict"):
+        return _unordered(a[1], b[1])
+    if a[0] == "object":
+        return a[1] == b[1] and len(a[2]) == len(b[2]) and all(
+            ka == kb and _same(va, vb) for (ka, va), (kb, vb) in zip(a[2], b[2]))
+    return a == b
+
+
+def _unordered(xs: list, ys: list) -> bool:
+    """Same items in any order (a few hundred at most: quadratic matching is fine)."""
+    left = list(ys)
+    for x in xs:
+        match = next((i for i, y in enumerate(left) if _same_item(x, y)), None)
+        if match is None:
+            return False
+        left.pop(match)
+    return not left
+
+
+def _same_item(x: list, y: list) -> bool:
+    if isinstance(x[0], list):  # a dict entry: [key, value]
+        return _same(x[0], y[0]) and _same(x[1], y[1])
+    return _same(x, y)
 
 
 class Verifier:
@@ -322,6 +406,9 @@ class Verifier:
         tests = find_helpers(texts, candidates, task.workspace.python_path, set(gold))
         self.sources = [r for r in candidates if r not in tests.modules]
         self.pristine = {r: texts[r] for r in self.sources}
+        self.test_code = sorted(set(texts) - set(self.sources))
+        """The Python files that are not source: tests, conftest files, test helpers (a
+        call from their code is a test's call, for hidden checks)."""
         self.digests = {r: hashlib.sha256(d).digest() for r, d in texts.items()
                         if not any(p.startswith(".") for p in r.split("/"))}
         """The Python files of the base (tests, conftest files, sources; not in hidden
@@ -362,8 +449,8 @@ class Verifier:
         else:
             result = self._with_reference(self._run(changed, limits, checks=checks), limits)
         result.hidden = {f"hidden check {i + 1}": "PASSED" if result.status == "ok" and
-                         result.check_outcomes.get(i) == check.expected else "FAILED"
-                         for i, check in enumerate(checks)}
+                         same_outcome(result.check_outcomes.get(i, ""), check.expected)
+                         else "FAILED" for i, check in enumerate(checks)}
         result.patch, result.gold_patch = source_diff(self.pristine, changed), self.gold_diff
         self._last = (key, result)
         return result
@@ -388,53 +475,76 @@ class Verifier:
             _REFERENCES[key] = dict(run.results) if run.status == "ok" else {}
         return _REFERENCES[key]
 
+    # --- hidden checks ----------------------------------------------------------------
+
     def hidden_checks(self, limits: SandboxLimits) -> list[HiddenCheck]:
-        """This task's hidden checks: made on first use, then cached in the process."""
+        """This task's hidden checks: made on first use, then cached in the process (a
+        making that failed, e.g. a gold run stopped by a loaded machine, is tried once
+        more at the next scoring)."""
         if self.max_checks <= 0:
             return []
         key = task_key(self.task)
         if key not in _HIDDEN:
-            _HIDDEN[key] = self._make_checks(limits)
+            checks = self._make_checks(limits)
+            _FAILED_MAKES[key] = _FAILED_MAKES.get(key, 0) + (checks is None)
+            if checks is None and _FAILED_MAKES[key] < 2:
+                return []
+            _HIDDEN[key] = checks or []
         return _HIDDEN[key][:self.max_checks]
 
-    def _make_checks(self, limits: SandboxLimits) -> list[HiddenCheck]:
-        """Record the target tests' calls of the changed functions on the gold tree and
-        derive inputs from them (offsets from a fresh random salt), keep the gold outputs
-        that are plain data and the same twice, then keep the inputs on which the buggy
-        tree's output differs. Two runs on the gold tree at most, one on the buggy tree."""
+    def _make_checks(self, limits: SandboxLimits) -> list[HiddenCheck] | None:
+        """Record the target tests' calls on the gold tree and derive inputs from them (a
+        fresh random salt), keep those whose gold output is a value and the same twice,
+        then those on which the buggy tree's output differs; calls made by the tests come
+        first, a changed function's calls from inside the package only where no test's
+        call shows the bug (a fix may sit at another layer than the gold one). None when a
+        run failed."""
         tests = list(self.task.FAIL_TO_PASS)
         gold = _gold_texts(self.task, self.pristine)
-        found: list[HiddenCheck] = []
         targets = check_targets(self.pristine, gold, self.task.workspace.python_path)
-        for rel, module, name in targets[:2] if tests else []:
-            record = {"rel": rel, "module": module, "qualname": name,
-                      "salt": secrets.token_hex(8)}
-            run = self._run(gold, limits, tests=tests, record=record)
-            if run.status != "ok":
-                log.warning("%s: no hidden checks of %s.%s: the gold run was %s (%s)",
-                            self.task.instance_id, module, name, run.status, run.reason)
+        if not tests or not gold:
+            return []
+        record = {"salt": new_salt(), "sources": self.sources,
+                  "targets": [[rel, name] for rel, _, name in targets],
+                  "tests": self.test_code}
+        run = self._run(gold, limits, tests=tests, record=record)
+        if run.status != "ok":
+            log.warning("%s: no hidden checks yet: the gold run was %s (%s)",
+                        self.task.instance_id, run.status, run.reason)
+            return None
+        calls = [json.loads(c) for _, c in sorted(run.check_calls.items())]
+        calls = [c for c in calls if len(c[2]) <= _MAX_CALL_CHARS][:_MAX_CANDIDATES]
+        if not calls:
+            return []
+        items = [c[:3] for c in calls]
+        golden = self._run(gold, limits, checks=items, repeat=2, tests=[])
+        buggy = self._run({}, limits, checks=items, tests=[])
+        if golden.status != "ok" or buggy.status != "ok":
+            log.warning("%s: no hidden checks yet: a run of the checks was %s",
+                        self.task.instance_id, golden.status if golden.status != "ok"
+                        else buggy.status)
+            return None
+        found = []
+        for i, (module, qualname, call, direct) in enumerate(calls):
+            expected = golden.check_outcomes.get(i, "")
+            if not expected.startswith(('["value"', '["iter"')) or \
+                    i not in buggy.check_outcomes or \
+                    same_outcome(buggy.check_outcomes[i], expected):
                 continue
-            for index, call in sorted(run.check_calls.items()):
-                outcome = run.check_outcomes.get(index, "")
-                if outcome.startswith(('["value"', '["iter"')) and \
-                        len(call) <= _MAX_CALL_CHARS:
-                    found.append(HiddenCheck(module, name, call, outcome))
-        found = found[:_MAX_CANDIDATES]
-        if not found:
-            return []
-        buggy = self._run({}, limits, tests=tests, checks=found)
-        if buggy.status != "ok":
-            log.warning("%s: no hidden checks: the buggy tree's run was %s (%s)",
-                        self.task.instance_id, buggy.status, buggy.reason)
-            return []
-        kept = [c for i, c in enumerate(found)
-                if i in buggy.check_outcomes and buggy.check_outcomes[i] != c.expected]
-        secrets.SystemRandom().shuffle(kept)
-        return kept[:MAX_HIDDEN_CHECKS]
+            found.append(HiddenCheck(module, qualname, call, expected, bool(direct)))
+        direct_found = [c for c in found if c.direct]
+        found = direct_found or found
+        secrets.SystemRandom().shuffle(found)
+        return found[:MAX_HIDDEN_CHECKS]
+
+    # --- runs -------------------------------------------------------------------------
 
     def _run(self, changed: dict[str, bytes | None], limits: SandboxLimits,
-             tests: list[str] | None = None, record: dict[str, str] | None = None,
-             checks: list[HiddenCheck] | None = None) -> VerifiedRun:
+             tests: list[str] | None = None, record: dict | None = None,
+             checks: list | None = None, repeat: int = 1) -> VerifiedRun:
+        """pytest on a fresh copy with `changed` written (`tests`: these ids instead of the
+        task's test files; []: no pytest run), then, with `checks` (HiddenCheck or
+        [module, qualname, call]), a process of hidden checks on the same copy."""
         scratch = Path(tempfile.mkdtemp(prefix="score-", dir=self.base.parent))
         try:
             copy = scratch / "repo"
@@ -443,11 +553,22 @@ class Verifier:
                 safefs.write_bytes(copy, rel, data)
             for sub in ("home", "tmp"):
                 (copy / ".tripod" / sub).mkdir(parents=True, exist_ok=True)
-            result = self._sandboxed(copy, sorted(changed), limits, tests, record, checks)
+            if tests == []:
+                result = VerifiedRun("ok")
+            else:
+                result = self._sandboxed(copy, sorted(changed), limits, tests, record)
             altered = self._altered(copy, changed) if result.status == "ok" else []
             if altered:
                 return _tampered(f"the run changed {', '.join(altered[:3])} (files of the "
                                  "scored copy are read-only during the run)", result.run)
+            if checks and result.status == "ok":
+                items = [[c.module, c.qualname, c.call] if isinstance(c, HiddenCheck) else c
+                         for c in checks]
+                outcomes = self._check_process(copy, sorted(changed), limits, items, repeat)
+                if outcomes is None:
+                    return _tampered("the process of hidden checks reached the runner",
+                                     result.run)
+                result.check_outcomes = outcomes
             return result
         finally:  # not shutil.rmtree: it recurses, and a run can leave a deep folder chain
             safefs.remove_tree(scratch)
@@ -468,25 +589,20 @@ class Verifier:
                 out.append(rel)
         return out
 
-    def _sandboxed(self, copy: Path, changed: list[str], limits: SandboxLimits,
-                   tests: list[str] | None, record: dict[str, str] | None,
-                   checks: list[HiddenCheck] | None) -> VerifiedRun:
+    def _spawn(self, copy: Path, changed: list[str], limits: SandboxLimits, spec: dict,
+               items: list | None = None) -> tuple[RunResult, str]:
+        """The trusted runner in the sandbox on `copy`, with `spec` added to its own; the
+        run and its nonce. `items` (hidden checks' inputs) go through the nonce pipe, not
+        argv: `_MAX_CANDIDATES` of `_MAX_CALL_CHARS` fit its 64 KiB buffer, so writing them
+        before the runner starts never blocks."""
         nonce = secrets.token_hex(16)
         report_r, report_w = os.pipe()
         nonce_r, nonce_w = os.pipe()
-        # The hidden inputs go through the pipe (argv is readable by the code under test);
-        # `_MAX_CANDIDATES` calls of `_MAX_CALL_CHARS` fit its 64 KiB buffer, so writing
-        # before the runner starts never blocks.
-        items = [[c.module, c.qualname, c.call] for c in checks or ()]
-        payload = nonce + ("\n" + json.dumps(items) if items else "")
-        os.write(nonce_w, payload.encode())
+        os.write(nonce_w, (nonce + ("\n" + json.dumps(items) if items else "")).encode())
         os.close(nonce_w)
         spec = {"paths": [str(copy / p) for p in self.task.workspace.python_path],
-                "tests": self.task.test_files(), "report_fd": report_w, "nonce_fd": nonce_r,
-                "watched": [str(copy / rel) for rel in changed],
-                "args": [*_PYTEST_ARGS, *(tests or self.task.test_files())]}
-        if record:
-            spec["record"] = {**record, "path": str(copy / record["rel"])}
+                "report_fd": report_w, "nonce_fd": nonce_r,
+                "watched": [str(copy / rel) for rel in changed], **spec}
         # Not -I: that would also drop PYTHONHASHSEED, and outcomes that depend on set
         # order must be the same as when the task was made. The environment is ours alone.
         argv = [self.python, "-s", "-B", "-c", _RUNNER.read_text(), json.dumps(spec)]
@@ -496,13 +612,35 @@ class Verifier:
                                 readonly_suffixes=(".py",))
         finally:
             os.close(report_r)
+        return run, nonce
+
+    def _sandboxed(self, copy: Path, changed: list[str], limits: SandboxLimits,
+                   tests: list[str] | None, record: dict | None) -> VerifiedRun:
+        spec: dict = {"tests": self.task.test_files(),
+                      "args": [*_PYTEST_ARGS, *(tests or self.task.test_files())]}
+        if record:
+            spec["record"] = {**record,
+                              "sources": [str(copy / r) for r in record["sources"]],
+                              "tests": [str(copy / r) for r in record["tests"]],
+                              "targets": [[str(copy / r), n] for r, n in record["targets"]]}
+        run, nonce = self._spawn(copy, changed, limits, spec)
         if run.status in ABNORMAL_STATUSES:
             return VerifiedRun(run.status, output=run.output, reason=run.status, run=run)
         return parse_report(run, nonce)
 
+    def _check_process(self, copy: Path, changed: list[str], limits: SandboxLimits,
+                       items: list, repeat: int) -> dict[int, str] | None:
+        """The outcomes of the hidden checks `items`, from a process that runs nothing
+        else (its output is never shown; a stopped process fails what it did not report);
+        None when it shows tampering."""
+        run, nonce = self._spawn(copy, changed, limits, {"mode": "checks", "repeat": repeat},
+                                 items)
+        return parse_checks(run, nonce, len(items))
+
 
 _REFERENCES: dict[str, dict[str, str]] = {}
 _HIDDEN: dict[str, list[HiddenCheck]] = {}
+_FAILED_MAKES: dict[str, int] = {}
 SIMILARITY_MAX_CHARS = 6_000
 """Diffs longer than this together are compared line by line, not character by character
 (difflib's cost grows with the product of the lengths: about 0.3 s at this size; a one-bug

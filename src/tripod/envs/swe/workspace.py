@@ -209,11 +209,18 @@ class LocalWorkspace:
         safefs.remove_tree(self.root.parent)
 
 
+_CONTROL = {c: f"\\x{c:02x}" for c in (*range(32), *range(127, 160))}
+"""Control characters (C0, DEL, C1) and their escapes: a name holding a newline or a
+terminal escape would otherwise read as an extra line of output."""
+
+
 def _shown(rel: str) -> str:
     """A path as the agent sees it: bytes of a name that are not valid UTF-8 (kept by the
-    file system as surrogates) written as escapes such as ``\\xff``, so an observation is
-    always valid text. Such a file is listed, but not found under the shown name."""
-    return rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    file system as surrogates), and control characters, written as escapes such as
+    ``\\xff`` and ``\\x0a``, so an observation is always valid text with one name per
+    line. Such a file is listed, but not found under the shown name."""
+    shown = rel.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    return shown.translate(_CONTROL)
 
 
 def _check_usage(root: Path, limits: SandboxLimits, result: RunResult) -> None:
