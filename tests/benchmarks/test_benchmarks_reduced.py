@@ -287,6 +287,23 @@ def test_swe_generate_and_episodes_reduced(tmp_path, monkeypatch, capsys):
                                                   capsys)
 
 
+def test_swe_large_suite_reduced(monkeypatch, capsys):
+    """`benchmarks/swe_large_suite.py --tiny`: one task of a held-out project, generated
+    into a fresh suite cache, is a test task of the unseen-project set."""
+    from tripod.envs.swe.sandbox import namespaces_available
+
+    if not namespaces_available():
+        pytest.skip("the SWE sandbox needs namespaces, which unshare cannot create here")
+    report = _run("swe_large_suite.py")
+    (row,) = report["projects"]
+    assert (row["project"], row["held_out"], row["cached"], row["tasks"]) == (
+        "webcolors", True, False, 1)
+    assert row["splits"] == {"test": 1} and report["single_bug_tasks"] == {
+        "test (unseen project)": 1}
+    assert _finite(report["tasks_per_min"]) and report["tasks_per_min"] > 0
+    assert "held out" in _printed("swe_large_suite", report, monkeypatch, capsys)
+
+
 @pytest.mark.slow
 def test_report_size_reduced(monkeypatch, capsys):
     """`benchmarks/report_size.py --tiny`: a run of 2 episodes with advantages and trainer

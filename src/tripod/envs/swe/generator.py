@@ -2,12 +2,16 @@
 
 For each project of `sources.PROJECTS` (fetched once from PyPI as an sdist):
 
-1. run the pristine test suite in the sandbox; its passing tests are the reference;
-2. enumerate AST mutations (`mutations.py`), shuffle them with the seed and try them in that
-   order: a mutant is kept when some reference tests fail (at most `max_failing`, so the
-   bug is specific), every other reference test still passes and is still collected, and
-   a second run gives every test the same outcome (flaky targets would make noisy rewards;
-   local workspaces also seed `random` at interpreter start);
+1. run the pristine test suite in the sandbox; its passing tests are the reference; a second
+   run, traced line by line (`_lines.py`), records which lines of the project any of it
+   executes;
+2. enumerate AST mutations (`mutations.py`) on lines that run (a mutant of code no test
+   runs cannot fail a test, so it is skipped without a run of its own), shuffle them with
+   the seed and try them in that order: a mutant is kept when some reference tests fail
+   (at most `max_failing`, so the bug is specific), every other reference test still
+   passes and is still collected, and a second run gives every test the same outcome
+   (flaky targets would make noisy rewards; local workspaces also seed `random` at
+   interpreter start);
 3. group kept mutants into tasks of one, two or three bugs (several bugs make larger gold
    patches, often across files: the medium and hard tiers);
 4. write the problem statement from what fails (the failing test line and its error), keep
@@ -21,12 +25,15 @@ their shuffled order.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import fcntl
 import hashlib
+import json
 import logging
 import os
 import random
 import re
+import shutil
 import tempfile
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -35,7 +42,12 @@ from pathlib import Path
 
 from tripod.core.paths import cache_dir
 from tripod.envs.base import EnvError
-from tripod.envs.swe.mutations import Mutation, apply_mutations, find_mutations
+from tripod.envs.swe.mutations import (
+    Mutation,
+    apply_mutations,
+    enclosing_functions,
+    find_mutations,
+)
 from tripod.envs.swe.patches import make_patch
 from tripod.envs.swe.sandbox import (
     ABNORMAL_STATUSES,
@@ -44,9 +56,9 @@ from tripod.envs.swe.sandbox import (
     detect_violations,
 )
 from tripod.envs.swe.scoring import PASSING, parse_pytest_report, score_results
-from tripod.envs.swe.sources import PROJECTS, ProjectSpec, sdist_tree
+from tripod.envs.swe.sources import LARGE_PROJECTS, PROJECTS, ProjectSpec, sdist_tree
 from tripod.envs.swe.task import SweTask, WorkspaceSpec, difficulty_of, load_tasks, save_tasks
-from tripod.envs.swe.workspace import LocalWorkspace, apply_patch
+from tripod.envs.swe.workspace import PRIVATE_DIR, LocalWorkspace, apply_patch
 
 GENERATOR_VERSION = 1
 """Bumped whenever generation changes, so cached suites are rebuilt rather than reused."""
@@ -77,6 +89,10 @@ class GeneratorConfig:
     limits: SandboxLimits = field(default_factory=lambda: SandboxLimits(wall_s=30, cpu_s=30))
     """Per suite run. The suites take 1-2 s; a mutant that makes a loop endless would
     otherwise hold a worker for the env's default two minutes."""
+    skip_unreached: bool = False
+    """Trace one pristine run and skip, unrun, the mutants of lines it never executes
+    (4-19% of a project's mutants). Off for the default suite, whose task ids are pinned;
+    on for the large one."""
 
 
 @dataclass
@@ -120,6 +136,36 @@ def run_suite(spec: ProjectSpec, setup_patch: str, limits: SandboxLimits) -> Run
         return suite.run_result()
     finally:
         suite.ws.close()
+
+
+def executed_lines(spec: ProjectSpec, limits: SandboxLimits) -> dict[str, set[int]] | None:
+    """{module path: line numbers} that one run of the pristine suite executes (imports,
+    collection and tests), traced in the sandbox by the `_lines` plugin; None when the
+    traced run fails (then no mutant is skipped for being unreached)."""
+    traced = dataclasses.replace(limits, wall_s=limits.wall_s * 10, cpu_s=limits.cpu_s * 10)
+    suite = _SuiteRun(spec, "", traced)
+    try:
+        private = suite.ws.root / PRIVATE_DIR
+        shutil.copy(Path(__file__).with_name("_lines.py"), private / "site" / "_lines.py")
+        run = suite.ws.run_tests([*spec.tests, "-p", "_lines"], traced)
+        found = private / "tmp" / "lines.json"
+        if run.status in ABNORMAL_STATUSES or not found.is_file():
+            log.warning("%s: the traced run of the pristine suite failed (%s); no mutant "
+                        "is skipped as unreached", spec.name, run.status or "no lines file")
+            return None
+        data = json.loads(found.read_text())
+    finally:
+        suite.ws.close()
+    return {path: set(lines) for path, lines in data.items()}
+
+
+def reached(mutation: Mutation, lines: dict[str, set[int]]) -> bool:
+    """Whether the pristine suite runs the code `mutation` changes: its line, or for a
+    dropped branch the branch's body (a condition that is tested but never true drops
+    nothing any test sees). A mutant no test reaches cannot fail one, so it is not run."""
+    hit = lines.get(mutation.path, set())
+    first = mutation.first + 1 if mutation.last > mutation.first else mutation.first
+    return any(line in hit for line in range(first, mutation.last + 1))
 
 
 class _SuiteRun:
@@ -280,6 +326,7 @@ def make_task(spec: ProjectSpec, cand: _Candidate, rng: random.Random) -> SweTas
     task.metadata = {"project": spec.name, "version": spec.version,
                      "operators": [m.operator for m in cand.mutations],
                      "bugs": [m.description for m in cand.mutations],
+                     "lines": [[m.path, m.first] for m in cand.mutations],
                      "files": sorted({m.path for m in cand.mutations})}
     return task
 
@@ -331,10 +378,15 @@ def generate_project(spec: ProjectSpec, config: GeneratorConfig) -> list[SweTask
     mutations = [m for path in spec.modules
                  for m in find_mutations(path, (root / path).read_text(encoding="utf-8"))]
     rng.shuffle(mutations)
+    rejected: Counter[str] = Counter()
+    lines = executed_lines(spec, config.limits) if config.skip_unreached else None
+    if lines is not None:
+        kept = [m for m in mutations if reached(m, lines)]
+        rejected["never run by the tests"] = len(mutations) - len(kept)
+        mutations = kept
     in_groups = 2 * config.pairs + 3 * config.triples
     # Spares for spare groups: bugs that interact (break too much together) are dropped.
     wanted = config.singles + in_groups + in_groups // 2
-    rejected: Counter[str] = Counter()
     with ThreadPoolExecutor(max_workers=config.workers) as pool:
         accepted = _accept_singles(spec, mutations, reference, config, wanted, pool,
                                    rejected)
@@ -448,7 +500,14 @@ def prepare_suite(seed: int = 0, config: GeneratorConfig | None = None) -> list[
     with no tasks is never written; a cached one that is empty or unreadable is generated
     again."""
     config = config or GeneratorConfig(seed=seed)
-    path = suite_path(seed)
+    return _cached(suite_path(seed), f"the SWE suite (seed {seed})",
+                   lambda: generate_suite(config))
+
+
+def _cached(path: Path, what: str, make) -> list[SweTask]:  # noqa: ANN001 - a callable
+    """The tasks cached at `path`, made by `make()` and written there first if missing,
+    empty or unreadable; a file lock keeps concurrent processes from making them twice."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     lock = path.with_suffix(".lock")
     with lock.open("w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -456,15 +515,80 @@ def prepare_suite(seed: int = 0, config: GeneratorConfig | None = None) -> list[
         if cached:
             return cached
         if problem:
-            log.warning("cached SWE suite %s %s; generating it again", path, problem)
-        log.info("generating the SWE suite (seed %d) into %s", seed, path)
-        tasks = generate_suite(config)
+            log.warning("cached %s at %s %s; generating it again", what, path, problem)
+        log.info("generating %s into %s", what, path)
+        tasks = make()
         if not tasks:
-            raise GenerationError(f"generation with seed {seed} made no tasks; nothing cached")
+            raise GenerationError(f"generating {what} made no tasks; nothing cached")
         tmp = path.with_suffix(".tmp")
         save_tasks(tasks, tmp)
         tmp.replace(path)
     return load_tasks(path)
+
+
+LARGE_TRAIN = GeneratorConfig(singles=120, pairs=5, triples=5, skip_unreached=True)
+"""Tasks per training project of the large suite (fewer where a project has fewer bugs)."""
+LARGE_HELD_OUT = GeneratorConfig(singles=30, pairs=3, triples=3, skip_unreached=True)
+"""Tasks per held-out project of the large suite."""
+
+
+def large_suite_dir(seed: int = 0) -> Path:
+    return cache_dir("swe", "suites") / f"large-v{GENERATOR_VERSION}-seed{seed}"
+
+
+def prepare_large_suite(seed: int = 0, projects: tuple[str, ...] | None = None,
+                        train: GeneratorConfig = LARGE_TRAIN,
+                        held_out: GeneratorConfig = LARGE_HELD_OUT) -> list[SweTask]:
+    """The `swe/large` suite: tasks of every project of `LARGE_PROJECTS` (or of
+    `projects`), each project generated once per seed and cached in its own file, so an
+    interrupted generation keeps the projects it finished.
+
+    Splits: a held-out project's tasks are all test tasks (``metadata["held_out"] ==
+    "project"``); a training project's tasks are split by the functions their bugs are in
+    (80% train, 10% valid, 10% test with ``held_out == "function"``; a task whose bugs are
+    in functions of different splits is left out), so no function of a test task appears in
+    a training task."""
+    out = []
+    for name in projects or tuple(LARGE_PROJECTS):
+        spec = LARGE_PROJECTS[name]
+        config = dataclasses.replace(held_out if spec.held_out else train, seed=seed)
+        path = large_suite_dir(seed) / f"{name}.jsonl"
+        out += _cached(path, f"the large SWE suite's {name} tasks (seed {seed})",
+                       lambda spec=spec, config=config: _large_splits(
+                           spec, generate_project(spec, config)))
+    return out
+
+
+def _large_splits(spec: ProjectSpec, tasks: list[SweTask]) -> list[SweTask]:
+    """Set the large suite's splits (see `prepare_large_suite`) and record each task's
+    functions in ``metadata["functions"]``; a task with bugs in functions of different
+    splits is left out."""
+    root = sdist_tree(spec.name, spec.version)
+    kept = []
+    where = {path: enclosing_functions((root / path).read_text(encoding="utf-8"))
+             for path in spec.modules}
+    for task in tasks:
+        functions = sorted({f"{path}::{where[path].get(line, '<module>')}"
+                            for path, line in task.metadata["lines"]})
+        task.metadata["functions"] = functions
+        if spec.held_out:
+            task.split, task.metadata["held_out"] = "test", "project"
+            kept.append(task)
+            continue
+        splits = {_function_split(f"{spec.name}:{f}") for f in functions}
+        if len(splits) > 1:
+            continue
+        task.split = splits.pop()
+        if task.split == "test":
+            task.metadata["held_out"] = "function"
+        kept.append(task)
+    return kept
+
+
+def _function_split(key: str) -> str:
+    """80% train, 10% valid, 10% test, stable per function."""
+    bucket = int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) % 10
+    return "train" if bucket < 8 else "valid" if bucket == 8 else "test"
 
 
 def _read_cached(path: Path) -> tuple[list[SweTask], str]:

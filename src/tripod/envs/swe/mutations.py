@@ -223,3 +223,22 @@ def find_mutations(path: str, source: str) -> list[Mutation]:
             continue
         out.append(m)
     return out
+
+
+def enclosing_functions(source: str) -> dict[int, str]:
+    """{line: qualified name of the innermost function or class around it} for one module
+    (lines outside any are absent): what a task's bug is "in", for held-out functions."""
+    names: dict[int, str] = {}
+
+    def visit(node: ast.AST, prefix: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+                name = f"{prefix}{child.name}"
+                for line in range(child.lineno, (child.end_lineno or child.lineno) + 1):
+                    names[line] = name
+                visit(child, f"{name}.")
+            else:
+                visit(child, prefix)
+
+    visit(ast.parse(source), "")
+    return names

@@ -33,6 +33,8 @@ class ProjectSpec:
     """Test paths that make up the project's suite."""
     python_path: tuple[str, ...] = (".",)
     """PYTHONPATH entries (relative to the sdist root) that make the package importable."""
+    held_out: bool = False
+    """In the large suite, a project no training task comes from: its tasks are test tasks."""
 
     @property
     def source(self) -> str:
@@ -53,7 +55,64 @@ PROJECTS: dict[str, ProjectSpec] = {
         ProjectSpec("parse", "1.22.4", ("parse/__init__.py",), ("tests",)),
     )
 }
-"""Pinned versions, so that a seed always yields the same suite."""
+"""The default suite's projects. Pinned versions, so that a seed always yields the same
+suite."""
+
+
+def _src(name: str, version: str, modules: tuple[str, ...], tests: tuple[str, ...] = ("tests",),
+         held_out: bool = False) -> ProjectSpec:
+    """A project of the ``src/`` layout."""
+    return ProjectSpec(name, version, tuple(f"src/{m}" for m in modules), tests,
+                       python_path=("src",), held_out=held_out)
+
+
+LARGE_PROJECTS: dict[str, ProjectSpec] = {
+    **PROJECTS,
+    **{spec.name: spec for spec in (
+        ProjectSpec("more-itertools", "10.8.0", ("more_itertools/more.py",),
+                    ("tests/test_more.py",)),
+        _src("semver", "3.0.4", ("semver/version.py", "semver/_deprecated.py")),
+        ProjectSpec("simplejson", "3.20.1",
+                    ("simplejson/__init__.py", "simplejson/decoder.py", "simplejson/encoder.py",
+                     "simplejson/scanner.py"), ("simplejson/tests",)),
+        ProjectSpec("sqlparse", "0.5.3",
+                    ("sqlparse/sql.py", "sqlparse/lexer.py", "sqlparse/utils.py",
+                     "sqlparse/formatter.py", "sqlparse/engine/grouping.py",
+                     "sqlparse/engine/statement_splitter.py", "sqlparse/filters/others.py",
+                     "sqlparse/filters/reindent.py", "sqlparse/filters/aligned_indent.py",
+                     "sqlparse/filters/right_margin.py"), ("tests",)),
+        ProjectSpec("pathspec", "0.12.1",
+                    ("pathspec/pathspec.py", "pathspec/pattern.py", "pathspec/gitignore.py",
+                     "pathspec/util.py", "pathspec/patterns/gitwildmatch.py"), ("tests",)),
+        ProjectSpec("tabulate", "0.9.0", ("tabulate/__init__.py",),
+                    tuple(f"test/test_{t}.py" for t in ("api", "input", "internal", "output",
+                                                        "regression", "textwrapper"))),
+        ProjectSpec("pyasn1", "0.6.1",
+                    ("pyasn1/codec/ber/encoder.py", "pyasn1/codec/ber/decoder.py",
+                     "pyasn1/codec/cer/encoder.py", "pyasn1/type/univ.py",
+                     "pyasn1/type/constraint.py", "pyasn1/type/char.py"), ("tests",)),
+        # Held out: test tasks from projects never trained on.
+        _src("webcolors", "24.11.1",
+             ("webcolors/_conversion.py", "webcolors/_html5.py",
+              "webcolors/_normalization.py"), held_out=True),
+        _src("humanize", "4.12.3", ("humanize/filesize.py", "humanize/number.py",
+                                    "humanize/lists.py"),
+             ("tests/test_filesize.py", "tests/test_lists.py", "tests/test_number.py"),
+             held_out=True),
+        _src("isodate", "0.7.2",
+             ("isodate/duration.py", "isodate/isodates.py", "isodate/isodatetime.py",
+              "isodate/isoduration.py", "isodate/isostrf.py", "isodate/isotime.py",
+              "isodate/isotzinfo.py", "isodate/tzinfo.py"),
+             tuple(f"tests/test_{t}.py" for t in ("datetime", "duration", "pickle", "strf",
+                                                  "time")), held_out=True),
+        ProjectSpec("idna", "3.10", ("idna/core.py", "idna/codec.py", "idna/intranges.py"),
+                    ("tests",), held_out=True),
+    )},
+}
+"""The large suite's projects: the default suite's and eleven more, of which four
+(`held_out`) give only test tasks. Each was checked to run its whole suite, with nothing
+but pytest, in the sandbox; test files that need more (a network, a locale, the CLI
+installed) are left out of `tests`."""
 
 
 def _download(name: str, version: str, dest: Path) -> Path:
