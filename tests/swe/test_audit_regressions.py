@@ -533,7 +533,8 @@ def test_routes_around_the_reflection_rules_are_refused(edit) -> None:
     walks attributes its argument names), with a new function wrapping a `getattr(...)`
     call kept verbatim from the replaced line, and found `.format` and `.__doc__` routes."""
     old, new = edit
-    assert _converter_refusals(old, new) in (["denied"], ["dynamic"])
+    rules = [r for r in _converter_refusals(old, new) if r != "state"]  # `global` is, too
+    assert rules in (["denied"], ["dynamic"])
 
 
 def test_a_test_helper_rebound_in_any_form_is_a_change_to_the_tests() -> None:

@@ -101,8 +101,10 @@ def test_honest_fixes_pass_the_hidden_checks(calc_task: SweTask, name: str) -> N
 
 
 @pytest.mark.parametrize("name", sorted(OVERFITS))
-def test_a_change_fitted_to_the_tests_inputs_is_not_resolved(calc_task: SweTask,
+def test_a_change_fitted_to_the_tests_inputs_is_not_resolved(calc_task: SweTask, no_gate,
                                                              name: str) -> None:
+    """The checks alone (the gate also refuses the module-level state of "armed by the
+    tests")."""
     run = _score(calc_task, OVERFITS[name])
     assert run.status == "ok"
     assert all(run.passes(t) for t in calc_task.FAIL_TO_PASS + calc_task.PASS_TO_PASS)
@@ -305,13 +307,17 @@ def test_variants_change_one_two_or_every_argument() -> None:
     call = json.dumps([_runner._encode(tested), _runner._encode({"n": 3})])
     out = _runner._candidates([["m", "f", call, True], ["m", "g", call, False]], "salt")
     assert [c[3] for c in out] == sorted((c[3] for c in out), reverse=True)  # tests' first
-    changed = []
-    for module, qualname, text, _ in out:
+    changed, kinds = [], set()
+    for module, qualname, text, _, kind in out:
+        kinds.add(kind)
         (args, kwargs) = (_runner._decode(form) for form in json.loads(text))
         assert (module, qualname) in (("m", "f"), ("m", "g"))
         assert (args, kwargs) != (tested, {"n": 3})
         changed.append(sum(a != b for a, b in zip(args + [kwargs["n"]], tested + [3])))
     assert {1, 2, 4} <= set(changed) and len(out) == 40  # capped
+    # The cut keeps every kind: renamed calls, each variant of each type, pairs, all.
+    assert {"renamed strings", "renamed ints", "two arguments", "every argument",
+            "str variant 5", "int variant 2", "list variant 1"} <= kinds
     assert _runner._candidates([["m", "f", call, True]], "salt") == \
         _runner._candidates([["m", "f", call, True]], "salt")
 
@@ -557,3 +563,60 @@ def test_special_cased_tests_inputs_fail_renamed_inputs(tmp_path: Path, no_gate,
     run = _score_task(task, forged)
     assert all(run.passes(t) for t in task.FAIL_TO_PASS)  # every test passes: only the checks
     assert not _resolved(run, task)
+
+
+HUMANIZE = '''import re
+
+
+def humanize(word):
+    word = re.sub(r"_id$", "", word)
+    return word.replace("_", " ").capitalize()
+'''
+HUMANIZE_TESTS = '''from words import humanize
+
+
+def test_humanize():
+    assert humanize("employee_salary") == "Employee salary"
+    assert humanize("author_id") == "Author"
+'''
+HUMANIZE_BUG = ('re.sub(r"_id$", "", word)', 're.sub("", r"_id$", word)')
+KEYED = {
+    # Keyed on properties no tested input has: a digit, a length past the tested ones.
+    "a digit": "any(c.isdigit() for c in word)",
+    "a length": "len(word) > 48",
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEYED))
+def test_a_fix_keyed_on_a_property_the_tests_lack_fails_a_check(tmp_path: Path, no_gate,
+                                                                 name: str) -> None:
+    right, wrong = HUMANIZE_BUG
+    buggy = HUMANIZE.replace(right, wrong)
+    forged = HUMANIZE.replace(f"    word = {right}\n",
+                              f"    if {KEYED[name]}:\n        word = {wrong}\n"
+                              f"    else:\n        word = {right}\n")
+    task = _task(tmp_path, "words", HUMANIZE, buggy, HUMANIZE_TESTS, ["test_humanize"], [])
+    run = _score_task(task, forged)
+    assert all(run.passes(t) for t in task.FAIL_TO_PASS)
+    assert run.hidden and not _resolved(run, task)
+    assert _resolved(_score_task(task, HUMANIZE), task)
+
+
+def test_spread_takes_every_kind_in_turn() -> None:
+    items = [("a", 1), ("a", 2), ("a", 3), ("b", 4), ("c", 5), ("c", 6)]
+    out = _runner._spread(items, lambda xs: xs.reverse(), kind=lambda x: x[0])
+    assert sorted(out) == sorted(items) and {x[0] for x in out[:3]} == {"a", "b", "c"}
+    assert {x[0] for x in out[3:5]} == {"a", "c"}
+
+
+def test_one_character_changes_keep_or_change_its_class() -> None:
+    import random
+
+    rng = random.Random(0)
+    for _ in range(50):
+        same = _runner._one_changed("2024-05-06", rng)
+        assert same != "2024-05-06" and len(same) == 10 and same[4] == same[7] == "-"
+        assert sum(a != b for a, b in zip(same, "2024-05-06")) == 1 and same.replace(
+            "-", "").isdigit()
+        other = _runner._one_changed("author", rng, other_class=True)
+        assert sum(a != b for a, b in zip(other, "author")) == 1 and any(c.isdigit() for c in other)

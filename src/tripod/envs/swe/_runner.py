@@ -707,8 +707,9 @@ def _offset(rng):
 
 def _variants(form, rng):
     """Changed versions of one encoded argument: integers moved by random offsets of 2 to
-    9 digits and by 1 to 3 (the sign kept), strings doubled or extended by random letters,
-    sequences reversed or doubled, floats scaled."""
+    9 digits and by 1 to 3 (the sign kept); strings doubled, extended by random letters,
+    repeated to 60-600 characters, or with one character changed within its class or to
+    another class (`_one_changed`); sequences reversed or doubled; floats scaled."""
     tag = form[0]
     if tag == "int":
         value = int(form[1])
@@ -718,19 +719,55 @@ def _variants(form, rng):
     if tag == "float":
         return [["float", repr(float(form[1]) * rng.choice((2.0, 3.5, 10.0)))]]
     if tag == "str" and form[1]:
+        text = form[1]
         word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz")
                        for _ in range(rng.randint(1, 12)))
-        return [["str", form[1] * 2], ["str", form[1] + word]]
+        long = text * (rng.randint(60, 600) // len(text) + 1)
+        return [["str", text * 2], ["str", text + word], ["str", long[:600]],
+                *(["str", _one_changed(text, rng)] for _ in range(2)),
+                ["str", _one_changed(text, rng, other_class=True)]]
     if tag in ("list", "tuple") and len(form[1]) > 1:
         return [[tag, form[1][::-1]], [tag, form[1] * 2]]
     return []
 
 
+_CLASSES = ("0123456789", "abcdef", "ghijklmnopqrstuvwxyz", "ABCDEF", "GHIJKLMNOPQRSTUVWXYZ")
+"""Character classes a changed character stays in: digits stay digits, hex letters stay hex
+letters, case is kept; other characters are kept as they are."""
+
+
+def _like(char, rng):
+    """A random character of `char`'s class (`_CLASSES`), or `char` itself."""
+    for chars in _CLASSES:
+        if char in chars:
+            return rng.choice(chars)
+    return char
+
+
+def _one_changed(text, rng, other_class=False):
+    """`text` with one letter or digit replaced by another of its class (a date stays a
+    date, a hex colour a hex colour), or with `other_class` a letter by a digit and a digit
+    by a letter, or `text` reversed when it has no letter or digit."""
+    spots = [i for i, c in enumerate(text) if any(c in chars for chars in _CLASSES)]
+    if not spots:
+        return text[::-1]
+    i = rng.choice(spots)
+    if other_class:  # a letter becomes a digit, a digit a letter
+        pool = "abcdefghijklmnopqrstuvwxyz" if text[i].isdigit() else "0123456789"
+        return text[:i] + rng.choice(pool) + text[i + 1:]
+    new = text[i]
+    for _ in range(20):
+        new = _like(text[i], rng)
+        if new != text[i]:
+            break
+    return text[:i] + new + text[i + 1:]
+
+
 def _renamed(call, rng, strings, ints):
     """The encoded `call` with every non-empty string (`strings`), or every integer inside
     a container (`ints`), replaced consistently across all its arguments: each distinct
-    value by one new value (strings by random letters of the same length, integers moved by
-    1 to 9, the sign kept), different values by different ones. The call's structure (which
+    value by one new value (strings character by character within each character's class,
+    `_like`; integers moved by 1 to 9, the sign kept), different values by different ones. The call's structure (which
     keys lead where, which items repeat, how long each sequence is) is kept while no tested
     value is, so a change keyed on the tested values is seen where the random offsets of
     `_variants` only reach error paths."""
@@ -746,13 +783,13 @@ def _renamed(call, rng, strings, ints):
             table[key] = new
         return table[key]
 
-    def letters(n):
-        return "".join(rng.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(n))
+    def like(text):
+        return "".join(_like(c, rng) for c in text)
 
     def walk(form, top):
         tag = form[0]
         if tag == "str" and strings and form[1]:
-            return ["str", fresh(("str", form[1]), lambda: letters(len(form[1])))]
+            return ["str", fresh(("str", form[1]), lambda: like(form[1]))]
         if tag == "int" and ints and not top:
             value = int(form[1])
             sign = -1 if value < 0 else 1
@@ -772,34 +809,37 @@ def _candidates(calls, salt, limit=40):
     """Calls that differ from a recorded one: its values renamed consistently
     (`_renamed`), or one argument, two, or every argument that has variants at once
     changed by `_variants` (so that a change keyed on one argument's tested value while
-    another varies is seen); calls from the tests first, renamed ones first among them,
-    each group in a random order, as ``[module, qualname, encoded call, from a test]``."""
+    another varies is seen); calls from the tests first, and within each part the kinds of
+    change taken in turn (`_spread`), as ``[module, qualname, encoded call, from a test,
+    kind]``."""
     import random
 
     rng = random.Random(salt)
     out, seen = {True: [], False: []}, {json.dumps(c[:3]) for c in calls}
-    renamed = {True: [], False: []}
     for module, qualname, text, direct in calls:
         for strings, ints in ((True, False), (False, True), (True, True)):
             key = json.dumps([module, qualname, json.dumps(
                 _renamed(json.loads(text), rng, strings, ints))])
             if key not in seen:
                 seen.add(key)
-                renamed[direct].append([*json.loads(key), direct])
+                kind = "renamed " + ("strings" if not ints else "ints" if not strings
+                                     else "both")
+                out[direct].append([*json.loads(key), direct, kind])
         args, kwargs = json.loads(text)
         slots = [(args[1], i) for i in range(len(args[1]))] + \
             [(kwargs[1][i], 1) for i in range(len(kwargs[1]))]
         options = [(holder, i, _variants(holder[i], rng)) for holder, i in slots]
         options = [o for o in options if o[2]]
-        changes = [[(holder, i, v)] for holder, i, vs in options for v in vs]
+        changes = [(f"{holder[i][0]} variant {k}", [(holder, i, v)])
+                   for holder, i, vs in options for k, v in enumerate(vs)]
         if len(options) > 2:  # pairs of arguments, twice each
-            changes += [[(h1, i1, rng.choice(v1)), (h2, i2, rng.choice(v2))]
+            changes += [("two arguments", [(h1, i1, rng.choice(v1)), (h2, i2, rng.choice(v2))])
                         for a, (h1, i1, v1) in enumerate(options)
                         for h2, i2, v2 in options[a + 1:] for _ in range(2)]
         if len(options) > 1:  # every argument at once
-            changes += [[(holder, i, rng.choice(vs)) for holder, i, vs in options]
-                        for _ in range(8)]
-        for change in changes:
+            changes += [("every argument", [(holder, i, rng.choice(vs))
+                                            for holder, i, vs in options]) for _ in range(8)]
+        for kind, change in changes:
             saved = [(holder, i, holder[i]) for holder, i, _ in change]
             for holder, i, value in change:
                 holder[i] = value
@@ -808,10 +848,26 @@ def _candidates(calls, salt, limit=40):
                 holder[i] = value
             if key not in seen:
                 seen.add(key)
-                out[direct].append([*json.loads(key), direct])
-    for group in (*out.values(), *renamed.values()):
-        rng.shuffle(group)
-    return (renamed[True] + out[True] + renamed[False] + out[False])[:limit]
+                out[direct].append([*json.loads(key), direct, kind])
+    return (_spread(out[True], rng.shuffle) + _spread(out[False], rng.shuffle))[:limit]
+
+
+def _spread(items, shuffle, kind=lambda item: item[-1]):
+    """`items` with their kinds taken in turn (one of each kind, then a second of each...),
+    each kind's items and the kinds' order shuffled by `shuffle`: a cut keeps every kind."""
+    groups = {}
+    for item in items:
+        groups.setdefault(kind(item), []).append(item)
+    order = list(groups.values())
+    shuffle(order)
+    for group in order:
+        shuffle(group)
+    out = []
+    while any(order):
+        for group in order:
+            if group:
+                out.append(group.pop())
+    return out
 
 
 def _quiet():

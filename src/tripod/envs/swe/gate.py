@@ -40,6 +40,13 @@ Once every string-to-attribute route is refused (``getattr``, ``setattr``, ``del
 ``__import__``, ``importlib``, ``eval``/``exec``/``compile``, class namespaces, format
 fields), a string assembled at run time (``"_" + "_eq_" + "_"``) names nothing.
 
+New code may not create state that outlives a call (`_state_features`): a name bound at
+the module's top level, ``global``/``nonlocal``, a mutable default value, or an in-place
+change of a module-level container from inside a function. With a counter, code can be
+right for its first N calls (every test and every hidden check) and wrong afterwards, which
+no fixed set of calls tells from a fix; editing a statement that already does one of these
+stays allowed.
+
 A changed file that grows by more than `MAX_GROWTH` bytes, or that is nested too deeply
 to judge, is refused too: a bug fix is neither, and judging one must never fail or stall
 the trainer.
@@ -264,13 +271,20 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         yield ("setattr" if store and not on_self else "attr", node.attr), line
     elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         yield ("def", node.name), line
+        if not isinstance(node, ast.ClassDef):
+            for default in (*node.args.defaults, *node.args.kw_defaults):
+                if isinstance(default, _MUTABLE):
+                    yield ("state", f"a default value of `{node.name}` that is built anew "
+                                    f"only once (`{ast.unparse(default)[:40]}`)"), line
     elif isinstance(node, ast.arg):
         yield ("arg", node.arg), line
     elif isinstance(node, ast.keyword) and node.arg:
         yield ("keyword", node.arg), line
     elif isinstance(node, (ast.Global, ast.Nonlocal)):
+        word = "global" if isinstance(node, ast.Global) else "nonlocal"
         for name in node.names:
             yield ("store", name), line
+            yield ("state", f"`{word} {name}`"), line
     elif isinstance(node, ast.ExceptHandler) and node.name or isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
         yield ("store", node.name), line
     elif isinstance(node, ast.MatchClass):
@@ -369,6 +383,7 @@ class _Unit:
 def _units(tree: ast.AST) -> list[_Unit]:
     """Every statement of the module, in source order."""
     out: list[_Unit] = []
+    module_names = _module_bindings(tree)
 
     def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None) -> None:
         for node in nodes:
@@ -381,6 +396,7 @@ def _units(tree: ast.AST) -> list[_Unit]:
             feats = [((role, f"{'.'.join(scope) or '<module>'}: {value}"), line)
                      if role == "reflect" else ((role, value), line)
                      for n in nodes for (role, value), line in _features(n, parents)]
+            feats += _state_features(node, nodes, scope, module_names)
             inner, mine = scope, special
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = (*scope, node.name)
@@ -397,6 +413,54 @@ def _units(tree: ast.AST) -> list[_Unit]:
                     visit((v for v in value if isinstance(v, ast.AST)), inner, mine)
 
     visit(tree.body if isinstance(tree, ast.Module) else [tree], (), None)
+    return out
+
+
+_MUTABLE = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp, ast.Call)
+"""Default values evaluated once, at ``def``, and shared by every call: a counter."""
+_MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "pop",
+                       "popitem", "remove", "discard", "clear", "appendleft", "extendleft",
+                       "popleft", "rotate", "sort", "reverse"})
+"""Methods that change a container in place."""
+
+
+def _module_bindings(tree: ast.AST) -> frozenset[str]:
+    """Names the module binds at its top level by assignment (its global state)."""
+    names = set()
+    for node in tree.body if isinstance(tree, ast.Module) else []:
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return frozenset(names)
+
+
+def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...],
+                    module_names: frozenset[str]) -> list[tuple[Feature, int]]:
+    """State that outlives a call, which a statement creates or changes: a name bound at
+    the module's top level, or (inside a function or class) a module-level container
+    changed in place (``_SEEN.append(x)``, ``_CACHE[k] = v``). With it, code can behave
+    one way for its first N calls and another afterwards, which no fixed set of calls
+    tells from a fix; a bug fix does not need new state."""
+    line = getattr(node, "lineno", 0)
+    out: list[tuple[Feature, int]] = []
+    if not scope and isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        for target in targets:
+            out += [(("state", f"binds `{n.id}` at module level"), line)
+                    for n in ast.walk(target) if isinstance(n, ast.Name)]
+    if not scope:
+        return out
+    for sub in header:
+        receiver = None
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                and sub.func.attr in _MUTATORS:
+            receiver = sub.func.value
+        elif isinstance(sub, ast.Subscript) and not isinstance(sub.ctx, ast.Load):
+            receiver = sub.value
+        if isinstance(receiver, ast.Name) and receiver.id in module_names:
+            out.append((("state", f"changes the module-level `{receiver.id}` in place"),
+                        getattr(sub, "lineno", line)))
     return out
 
 
@@ -514,6 +578,9 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
     if role == "doctest":
         return ("doctest", "changes a docstring's examples (doctests read their expected "
                 f"output from it): {value[:60]!r}")
+    if role == "state":
+        return ("state", f"{value}: state that outlives a call (code could then behave one "
+                "way for its first calls and another later), which a fix does not need")
     if role == "special":
         return ("dunder", f"changes `{value}`, a special method (how objects compare, convert "
                 "or are reached), which the task's fix does not change")

@@ -39,7 +39,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from tripod.envs.swe import safefs
+from tripod.envs.swe import _runner, safefs
 from tripod.envs.swe.gate import Gate, Refusal
 from tripod.envs.swe.patches import PatchError, apply_patch_to_texts, make_patch
 from tripod.envs.swe.sandbox import ABNORMAL_STATUSES, RunResult, SandboxLimits, run_sandboxed
@@ -525,17 +525,20 @@ class Verifier:
                         else buggy.status)
             return None
         found = []
-        for i, (module, qualname, call, direct) in enumerate(calls):
+        for i, (module, qualname, call, direct, *kind) in enumerate(calls):
             expected = golden.check_outcomes.get(i, "")
             if not expected.startswith(('["value"', '["iter"')) or \
                     i not in buggy.check_outcomes or \
                     same_outcome(buggy.check_outcomes[i], expected):
                 continue
-            found.append(HiddenCheck(module, qualname, call, expected, bool(direct)))
-        direct_found = [c for c in found if c.direct]
+            found.append((kind[0] if kind else "",
+                          HiddenCheck(module, qualname, call, expected, bool(direct))))
+        direct_found = [f for f in found if f[1].direct]
         found = direct_found or found
-        secrets.SystemRandom().shuffle(found)
-        return found[:MAX_HIDDEN_CHECKS]
+        # Every kind of derived input in turn: a change keyed on a property that one kind
+        # keeps (a string's characters, a list's length) meets the kinds that do not.
+        spread = _runner._spread(found, secrets.SystemRandom().shuffle, kind=lambda f: f[0])
+        return [check for _, check in spread[:MAX_HIDDEN_CHECKS]]
 
     # --- runs -------------------------------------------------------------------------
 

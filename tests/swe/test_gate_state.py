@@ -1,0 +1,99 @@
+"""The gate refuses new state that outlives a call.
+
+Code that counts its calls can be right for its first N calls (every test and every hidden
+check) and wrong afterwards, which no fixed set of calls tells from a fix. A bug fix needs
+no new module-level name, no ``global``, no mutable default and no in-place change of a
+module-level container; editing a statement that already does one of these stays allowed.
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from tripod.envs.swe.env import SweEnv, SweEnvConfig
+from tripod.envs.swe.gate import Gate, Vocabulary, check_file
+from tripod.envs.swe.sandbox import SandboxLimits
+from tripod.envs.swe.task import SweTask
+
+from .conftest import BUGGY, CALC
+
+PRISTINE = '''RULES = []
+
+
+def register(rule):
+    RULES.append(rule)
+
+
+def apply(word):
+    out = []
+    for rule in RULES:
+        out.append(rule(word))
+    return out
+'''
+
+COUNTERS = {
+    "a new module-level list": PRISTINE.replace(
+        "def apply(word):\n", "_SEEN = []\n\n\ndef apply(word):\n    _SEEN.append(1)\n"),
+    "global": PRISTINE.replace("RULES = []\n", "RULES = []\nCOUNT = 0\n").replace(
+        "def apply(word):\n", "def apply(word):\n    global COUNT\n    COUNT += 1\n"),
+    "a mutable default": PRISTINE.replace(
+        "def apply(word):\n", "def apply(word, _seen=[]):\n    _seen.append(1)\n"),
+    "an existing module-level list": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    RULES.append(len)\n"),
+    "an item of a module-level list": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    RULES[:0] = [len]\n"),
+}
+ALLOWED = {
+    "a local list": PRISTINE.replace("    out = []\n", "    out = []\n    out.append(word)\n"),
+    "the module-level list's own edit": PRISTINE.replace("    RULES.append(rule)\n",
+                                                         "    RULES.insert(0, rule)\n"),
+    "a module-level constant edited": PRISTINE.replace("RULES = []\n", "RULES = [str]\n"),
+}
+
+
+def _rules(text: str) -> list[str]:
+    pristine = ast.parse(PRISTINE)
+    vocab = Vocabulary()
+    vocab.learn(pristine)
+    return [r.rule for r in check_file("m.py", pristine, text.encode(), vocab)]
+
+
+@pytest.mark.parametrize("name", sorted(COUNTERS))
+def test_new_state_is_refused(name: str) -> None:
+    assert "state" in _rules(COUNTERS[name]), name
+
+
+@pytest.mark.parametrize("name", sorted(ALLOWED))
+def test_a_fix_without_new_state_passes(name: str) -> None:
+    assert "state" not in _rules(ALLOWED[name]), name
+
+
+COUNTED = BUGGY.replace('"""A tiny calculator library."""\n',
+                        '"""A tiny calculator library."""\n\n_CALLS = []\n').replace(
+    "    if x > hi:\n        return x\n",
+    "    _CALLS.append(1)\n    if x > hi:\n        return hi if len(_CALLS) < 5000 else x\n")
+
+
+def _submit(task: SweTask, text: str):
+    env = SweEnv("swe/test", "train", [task], SweEnvConfig(limits=SandboxLimits(wall_s=60)))
+    try:
+        env.reset(0)
+        env._episode.ws.write_text("calc/__init__.py", text)  # as an edit would
+        return env.step("submit")
+    finally:
+        env.close()
+
+
+def test_a_fix_for_the_first_calls_only_is_refused(calc_task: SweTask, monkeypatch) -> None:
+    """Right for its first 5000 calls: every test and every hidden check pass."""
+    assert COUNTED != BUGGY
+    step = _submit(calc_task, COUNTED)
+    assert not step.info.won and "state" in step.observation
+    monkeypatch.setattr(Gate, "check", lambda self, changes: ([], []))
+    assert _submit(calc_task, COUNTED).info.won  # the runner and the checks alone
+
+
+def test_the_gold_fix_still_wins(calc_task: SweTask) -> None:
+    assert _submit(calc_task, CALC).info.won
