@@ -317,7 +317,7 @@ def test_variants_change_one_two_or_every_argument() -> None:
     assert {1, 2, 4} <= set(changed) and len(out) == 40  # capped
     # The cut keeps every kind: renamed calls, each variant of each type, pairs, all.
     assert {"renamed strings", "renamed ints", "two arguments", "every argument",
-            "str variant 5", "int variant 2", "list variant 1"} <= kinds
+            "str variant 5", "int variant 3", "list variant 3"} <= kinds
     assert _runner._candidates([["m", "f", call, True]], "salt") == \
         _runner._candidates([["m", "f", call, True]], "salt")
 
@@ -600,6 +600,15 @@ def test_a_fix_keyed_on_a_property_the_tests_lack_fails_a_check(tmp_path: Path, 
     assert all(run.passes(t) for t in task.FAIL_TO_PASS)
     assert run.hidden and not _resolved(run, task)
     assert _resolved(_score_task(task, HUMANIZE), task)
+
+
+def test_variants_reach_none_and_the_other_parity() -> None:
+    import random
+
+    ints = _runner._variants(["int", "4"], random.Random(0))
+    assert ["none"] in ints
+    lists = _runner._variants(_runner._encode([1, 2]), random.Random(0))
+    assert {len(form[1]) % 2 for form in lists} == {0, 1}
 
 
 def test_spread_takes_every_kind_in_turn() -> None:

@@ -707,15 +707,16 @@ def _offset(rng):
 
 def _variants(form, rng):
     """Changed versions of one encoded argument: integers moved by random offsets of 2 to
-    9 digits and by 1 to 3 (the sign kept); strings doubled, extended by random letters,
-    repeated to 60-600 characters, or with one character changed within its class or to
-    another class (`_one_changed`); sequences reversed or doubled; floats scaled."""
+    9 digits and by 1 to 3 (the sign kept), or None in their place; strings doubled,
+    extended by random letters, repeated to 60-600 characters, or with one character
+    changed within its class or to another class (`_one_changed`); sequences reversed, doubled, shortened or lengthened by
+    one item (an odd length where the tests' was even); floats scaled."""
     tag = form[0]
     if tag == "int":
         value = int(form[1])
         sign = -1 if value < 0 else 1
         return [["int", str(value + sign * _offset(rng))] for _ in range(2)] + [
-            ["int", str(value + sign * rng.randint(1, 3))]]
+            ["int", str(value + sign * rng.randint(1, 3))], ["none"]]
     if tag == "float":
         return [["float", repr(float(form[1]) * rng.choice((2.0, 3.5, 10.0)))]]
     if tag == "str" and form[1]:
@@ -727,7 +728,9 @@ def _variants(form, rng):
                 *(["str", _one_changed(text, rng)] for _ in range(2)),
                 ["str", _one_changed(text, rng, other_class=True)]]
     if tag in ("list", "tuple") and len(form[1]) > 1:
-        return [[tag, form[1][::-1]], [tag, form[1] * 2]]
+        items = form[1]
+        return [[tag, items[::-1]], [tag, items * 2], [tag, items[:-1]],
+                [tag, items + items[:1]]]
     return []
 
 
