@@ -304,6 +304,19 @@ def test_swe_large_suite_reduced(monkeypatch, capsys):
     assert "held out" in _printed("swe_large_suite", report, monkeypatch, capsys)
 
 
+def test_swe_expert_scores_reduced(monkeypatch, capsys):
+    """`benchmarks/swe_expert_scores.py --tiny`: the expert wins its one task with progress
+    1, a bare `submit` loses with the base's progress."""
+    from tripod.envs.swe.sandbox import namespaces_available
+
+    if not namespaces_available():
+        pytest.skip("the SWE sandbox needs namespaces, which unshare cannot create here")
+    report = _run("swe_expert_scores.py")
+    assert report["expert"] == {"won": 1, "episodes": 1, "mean_progress": 1.0}
+    assert report["submit"]["won"] == 0 and report["submit"]["mean_progress"] < 1.0
+    assert "mean final progress" in _printed("swe_expert_scores", report, monkeypatch, capsys)
+
+
 @pytest.mark.slow
 def test_report_size_reduced(monkeypatch, capsys):
     """`benchmarks/report_size.py --tiny`: a run of 2 episodes with advantages and trainer
