@@ -13,11 +13,12 @@ not move. ``--tiny`` plays the calc-like one-module task a test builds.
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
+import time
 from pathlib import Path
 
-from _common import emit, output_flags, progress
-
+import tripod
 from tripod.envs.swe.env import SweEnv
 from tripod.envs.swe.patches import make_patch
 from tripod.envs.swe.task import SweTask, WorkspaceSpec, load_tasks
@@ -41,6 +42,18 @@ def _tiny_task(root: Path) -> SweTask:
                    PASS_TO_PASS=["tests/test_calc.py::test_low"],
                    workspace=WorkspaceSpec(kind="local", source=str(root),
                                            setup_patch=make_patch(rel, _GOLD, buggy)))
+
+
+def progress(msg: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def output_flags(parser: argparse.ArgumentParser) -> None:
+    """The shared flags (`_common.output_flags`), kept here so that the script runs against
+    an older checkout's sources too."""
+    parser.add_argument("--threads", type=int, default=2, help="unused (no model)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument("--tiny", action="store_true", help="reduced run for tests")
 
 
 def play(task: SweTask, policy: str) -> dict:
@@ -82,6 +95,27 @@ def _print(r: dict) -> None:
               f"{s['mean_progress']}")
 
 
+def _emit(report: dict, as_json: bool) -> None:
+    """The report with its provenance; against an older checkout that has no provenance
+    module, with that checkout's commit and this command instead."""
+    try:
+        from _common import emit
+    except ImportError:
+        import json
+        import subprocess
+        import sys
+
+        where = Path(tripod.__file__).parent
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=where,
+                                capture_output=True, text=True).stdout.strip()
+        report = {"benchmark": "swe_expert_scores", "provenance": {
+            "commit": commit, "command": " ".join([sys.executable, *sys.argv]),
+            "tripod": str(where)}, **report}
+        print(json.dumps(report, indent=2) if as_json else report)
+        return
+    emit(report, as_json, _print)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tasks", default="", help="a task file")
@@ -93,7 +127,7 @@ def main() -> None:
         tasks = load_tasks(args.tasks)
     else:
         parser.error("--tasks FILE is needed (or --tiny)")
-    emit(measure(tasks), args.json, _print)
+    _emit(measure(tasks), args.json)
 
 
 if __name__ == "__main__":
