@@ -629,3 +629,40 @@ def test_one_character_changes_keep_or_change_its_class() -> None:
             "-", "").isdigit()
         other = _runner._one_changed("author", rng, other_class=True)
         assert sum(a != b for a, b in zip(other, "author")) == 1 and any(c.isdigit() for c in other)
+
+
+def test_checks_are_called_from_a_random_stack_depth() -> None:
+    """Code that measures its stack depth (recursing until RecursionError) cannot tell a
+    check's call from a test's by a fixed window."""
+    def depth(n=0):
+        try:
+            return depth(n + 1)
+        except RecursionError:
+            return n
+
+    seen = {_runner._at_random_depth(depth, (), {}) for _ in range(20)}
+    assert len(seen) > 10
+
+
+def test_named_tuples_are_plain_results() -> None:
+    from typing import NamedTuple
+
+    class IntegerRGB(NamedTuple):
+        red: int
+        green: int
+        blue: int
+
+    form = _runner._encode(IntegerRGB(1, 2, 3), objects=True)
+    assert form == ["object", "test_named_tuples_are_plain_results.<locals>.IntegerRGB",
+                    [["red", ["int", "1"]], ["green", ["int", "2"]], ["blue", ["int", "3"]]]]
+    assert verify.same_outcome(json.dumps(["value", form]), json.dumps(["value", form]))
+    with pytest.raises(ValueError):
+        _runner._encode(IntegerRGB(1, 2, 3))  # an argument stays plain data only
+
+
+def test_strings_also_change_case_and_gain_a_character() -> None:
+    import random
+
+    out = [f[1] for f in _runner._variants(["str", "street_address"], random.Random(0))]
+    assert "STREET_ADDRESS" in out
+    assert any(len(x) == 15 for x in out)  # one punctuation or non-ASCII character more

@@ -41,8 +41,10 @@ Once every string-to-attribute route is refused (``getattr``, ``setattr``, ``del
 fields), a string assembled at run time (``"_" + "_eq_" + "_"``) names nothing.
 
 New code may not create state that outlives a call (`_state_features`): a name bound at
-the module's top level, ``global``/``nonlocal``, a mutable default value, or an in-place
-change of a module-level container from inside a function. With a counter, code can be
+the module's top level, ``global``/``nonlocal``, a mutable default value, a class attribute
+holding a container, or an in-place change, inside a function, of an object the call does
+not own (`_owned_names`: its parameters and the local objects it builds are its own; an
+alias of a module-level object is not). With a counter, code can be
 right for its first N calls (every test and every hidden check) and wrong afterwards, which
 no fixed set of calls tells from a fix; editing a statement that already does one of these
 stays allowed.
@@ -385,7 +387,8 @@ def _units(tree: ast.AST) -> list[_Unit]:
     out: list[_Unit] = []
     module_names = _module_bindings(tree)
 
-    def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None) -> None:
+    def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None,
+              owned: frozenset[str] | None = None, in_class: bool = False) -> None:
         for node in nodes:
             bare = copy.copy(node)
             for name in _BLOCKS:
@@ -396,10 +399,12 @@ def _units(tree: ast.AST) -> list[_Unit]:
             feats = [((role, f"{'.'.join(scope) or '<module>'}: {value}"), line)
                      if role == "reflect" else ((role, value), line)
                      for n in nodes for (role, value), line in _features(n, parents)]
-            feats += _state_features(node, nodes, scope, module_names)
-            inner, mine = scope, special
+            feats += _state_features(node, nodes, scope, module_names, owned, in_class)
+            inner, mine, inner_owned, inner_class = scope, special, owned, in_class
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = (*scope, node.name)
+                inner_class = isinstance(node, ast.ClassDef)
+                inner_owned = None if inner_class else _owned_names(node)
                 if mine is None and _special(node.name):
                     mine = ".".join(inner)
             if mine is None:  # a dunder bound by assignment, e.g. in a class body
@@ -410,7 +415,8 @@ def _units(tree: ast.AST) -> list[_Unit]:
             for name in _BLOCKS:
                 value = getattr(node, name, None)
                 if isinstance(value, list):
-                    visit((v for v in value if isinstance(v, ast.AST)), inner, mine)
+                    visit((v for v in value if isinstance(v, ast.AST)), inner, mine,
+                          inner_owned, inner_class)
 
     visit(tree.body if isinstance(tree, ast.Module) else [tree], (), None)
     return out
@@ -435,32 +441,88 @@ def _module_bindings(tree: ast.AST) -> frozenset[str]:
     return frozenset(names)
 
 
+def _owned_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
+    """Names whose objects a call of `function` owns: its parameters, and its local names
+    bound to anything but another name or attribute (``rules = PLURALS`` makes an alias of
+    shared state, not an object of the call's own); names it declares ``global`` or
+    ``nonlocal`` are not its own."""
+    args = function.args
+    owned = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    owned.update(a.arg for a in (args.vararg, args.kwarg) if a is not None)
+    shared, aliases = set(), set()
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            shared.update(node.names)
+        value = getattr(node, "value", None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            alias = isinstance(value, (ast.Name, ast.Attribute, ast.Subscript))
+            for target in targets:
+                (aliases if alias else owned).update(_bound(target))
+        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            owned.update(_bound(node.target))
+        elif isinstance(node, (ast.withitem,)) and node.optional_vars is not None:
+            owned.update(_bound(node.optional_vars))
+        elif isinstance(node, ast.ExceptHandler) and node.name:
+            owned.add(node.name)
+    return frozenset(owned - shared - aliases)
+
+
+def _bound(target: ast.AST) -> set[str]:
+    """Names an assignment target binds (``a``, ``a, *b``; not ``a[0]`` or ``a.b``, which
+    change an object)."""
+    if isinstance(target, ast.Name):
+        return {target.id}
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return {n for item in target.elts for n in _bound(item)}
+    if isinstance(target, ast.Starred):
+        return _bound(target.value)
+    return set()
+
+
+def _root(node: ast.AST) -> str | None:
+    """The name an attribute, subscript or call chain starts from (``a`` of ``a.b[0].c``)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+        node = node.func if isinstance(node, ast.Call) else node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
 def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...],
-                    module_names: frozenset[str]) -> list[tuple[Feature, int]]:
+                    module_names: frozenset[str], owned: frozenset[str] | None,
+                    in_class: bool) -> list[tuple[Feature, int]]:
     """State that outlives a call, which a statement creates or changes: a name bound at
-    the module's top level, or (inside a function or class) a module-level container
-    changed in place (``_SEEN.append(x)``, ``_CACHE[k] = v``). With it, code can behave
-    one way for its first N calls and another afterwards, which no fixed set of calls
-    tells from a fix; a bug fix does not need new state."""
+    the module's top level; a class attribute holding a container; or, inside a function,
+    a container changed in place (``_SEEN.append(x)``, ``Seen.items.append(x)``,
+    ``rules[:0] = ...``, ``obj.count += 1``) that the call does not own (`_owned_names`:
+    not a parameter or a local object of its own). With it, code can behave one way for its
+    first N calls and another afterwards, which no fixed set of calls tells from a fix; a
+    bug fix does not need new state."""
     line = getattr(node, "lineno", 0)
     out: list[tuple[Feature, int]] = []
-    if not scope and isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+    assigned = isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign))
+    if not scope and assigned:
         targets = node.targets if isinstance(node, ast.Assign) else [node.target]
         for target in targets:
             out += [(("state", f"binds `{n.id}` at module level"), line)
                     for n in ast.walk(target) if isinstance(n, ast.Name)]
-    if not scope:
+    if in_class and assigned and isinstance(getattr(node, "value", None), _MUTABLE):
+        out.append((("state", f"a class attribute of `{scope[-1]}` holding "
+                              f"`{ast.unparse(node.value)[:40]}`"), line))
+    if owned is None:
         return out
     for sub in header:
         receiver = None
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
                 and sub.func.attr in _MUTATORS:
             receiver = sub.func.value
-        elif isinstance(sub, ast.Subscript) and not isinstance(sub.ctx, ast.Load):
+        elif isinstance(sub, (ast.Subscript, ast.Attribute)) and \
+                not isinstance(sub.ctx, ast.Load):
             receiver = sub.value
-        if isinstance(receiver, ast.Name) and receiver.id in module_names:
-            out.append((("state", f"changes the module-level `{receiver.id}` in place"),
-                        getattr(sub, "lineno", line)))
+        root = _root(receiver) if receiver is not None else None
+        if root is not None and root not in owned:
+            what = "module-level " if root in module_names else ""
+            out.append((("state", f"changes the {what}`{root}` in place, which the call "
+                                  "does not own"), getattr(sub, "lineno", line)))
     return out
 
 
