@@ -49,12 +49,25 @@ COUNTERS = {
                               "def apply(word):\n    _Seen.values.append(word)\n"),
     "an alias of a module-level list": PRISTINE.replace(
         "    out = []\n", "    out = []\n    rules = RULES\n    rules.append(len)\n"),
+    "an alias through `or`": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    rules = RULES or None\n    rules.append(len)\n"),
+    "a loop over the shared list": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    for rules in (RULES,):\n        rules.append(len)\n"),
+    "an assignment expression": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    (rules := RULES).append(len)\n"),
+    "a list inside a tuple default": PRISTINE.replace(
+        "def apply(word):\n", "def apply(word, _seen=([],)):\n    _seen[0].append(1)\n"),
+    "a generator default": PRISTINE.replace(
+        "def apply(word):\n", "def apply(word, _n=(i for i in range(99))):\n"),
+    "a name default": PRISTINE.replace("def apply(word):\n", "def apply(word, _s=RULES):\n"),
 }
 ALLOWED = {
     "a local list": PRISTINE.replace("    out = []\n", "    out = []\n    out.append(word)\n"),
     "the module-level list's own edit": PRISTINE.replace("    RULES.append(rule)\n",
                                                          "    RULES.insert(0, rule)\n"),
     "a module-level constant edited": PRISTINE.replace("RULES = []\n", "RULES = [str]\n"),
+    "constant defaults": PRISTINE.replace("def apply(word):\n",
+                                          "def apply(word, n=-1, sep=(\"-\", 2)):\n"),
 }
 
 
@@ -65,6 +78,14 @@ CLASSY = '''class Box:
     def put(self, item):
         return item
 '''
+
+
+def test_measuring_the_stack_is_refused() -> None:
+    """Catching RecursionError measures how much room a call has, which told the checks'
+    process from pytest."""
+    probe = PRISTINE.replace("    out = []\n", "    out = []\n    try:\n        apply(word)\n"
+                                               "    except RecursionError:\n        pass\n")
+    assert "builtin" in _rules(probe)
 
 
 def test_an_objects_own_state_stays_allowed() -> None:

@@ -41,10 +41,10 @@ Once every string-to-attribute route is refused (``getattr``, ``setattr``, ``del
 fields), a string assembled at run time (``"_" + "_eq_" + "_"``) names nothing.
 
 New code may not create state that outlives a call (`_state_features`): a name bound at
-the module's top level, ``global``/``nonlocal``, a mutable default value, a class attribute
-holding a container, or an in-place change, inside a function, of an object the call does
-not own (`_owned_names`: its parameters and the local objects it builds are its own; an
-alias of a module-level object is not). With a counter, code can be
+the module's top level, ``global``/``nonlocal``, a default value that is not a constant, a
+class attribute holding a container, or an in-place change, inside a function, of an
+object the call does not own (`_owned_names`: its parameters without defaults and the
+locals bound only to new objects are its own; an alias of a shared object is not). With a counter, code can be
 right for its first N calls (every test and every hidden check) and wrong afterwards, which
 no fixed set of calls tells from a fix; editing a statement that already does one of these
 stays allowed.
@@ -144,7 +144,10 @@ _SAFE_BUILTINS = frozenset({
     "range", "repr", "reversed", "round", "set", "slice", "sorted", "staticmethod", "str",
     "sum", "super", "tuple", "type", "zip", "NotImplemented", "Ellipsis", "id",
 }) | frozenset(n for n in dir(builtins) if n.endswith(("Error", "Exception", "Warning"))
-                or n in ("StopIteration", "StopAsyncIteration", "GeneratorExit"))
+                or n in ("StopIteration", "StopAsyncIteration", "GeneratorExit")) - {
+    "RecursionError"}
+"""Builtins any fix may use. Not `RecursionError`: catching it measures how deep a call
+runs, which tells one caller from another."""
 _SAFE_ATTRS = frozenset({
     "append", "extend", "insert", "pop", "remove", "clear", "copy", "count", "index",
     "reverse", "sort", "get", "items", "keys", "values", "update", "setdefault", "popitem",
@@ -275,9 +278,10 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         yield ("def", node.name), line
         if not isinstance(node, ast.ClassDef):
             for default in (*node.args.defaults, *node.args.kw_defaults):
-                if isinstance(default, _MUTABLE):
-                    yield ("state", f"a default value of `{node.name}` that is built anew "
-                                    f"only once (`{ast.unparse(default)[:40]}`)"), line
+                if default is not None and not _constant(default):
+                    yield ("state", f"a default value of `{node.name}` that is not a "
+                                    f"constant (`{ast.unparse(default)[:40]}`: made once, "
+                                    "shared by every call)"), line
     elif isinstance(node, ast.arg):
         yield ("arg", node.arg), line
     elif isinstance(node, ast.keyword) and node.arg:
@@ -441,31 +445,50 @@ def _module_bindings(tree: ast.AST) -> frozenset[str]:
     return frozenset(names)
 
 
+def _constant(node: ast.AST) -> bool:
+    """A literal that no call can change: a constant, a negated one, a tuple of them."""
+    if isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.UnaryOp):
+        return _constant(node.operand)
+    return isinstance(node, ast.Tuple) and all(_constant(e) for e in node.elts)
+
+
+_FRESH = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp, ast.Call,
+          ast.Constant, ast.JoinedStr, ast.BinOp, ast.Tuple)
+"""Values that are a new object (or an immutable one) each time they run."""
+
+
 def _owned_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
-    """Names whose objects a call of `function` owns: its parameters, and its local names
-    bound to anything but another name or attribute (``rules = PLURALS`` makes an alias of
-    shared state, not an object of the call's own); names it declares ``global`` or
-    ``nonlocal`` are not its own."""
+    """Names whose objects a call of `function` owns: its parameters without a default,
+    and local names bound only to new objects (a display, a comprehension, a call, a
+    constant). Anything else may be shared state under another name: an alias
+    (``rules = PLURALS``, ``s = X or None``, ``(s := X)``), a loop or comprehension target
+    over a shared container, a parameter whose default object outlives the call; names
+    declared ``global`` or ``nonlocal`` are not the call's own either."""
     args = function.args
-    owned = {a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)}
+    positional = [*args.posonlyargs, *args.args]
+    with_default = {a.arg for a in positional[len(positional) - len(args.defaults):]}
+    with_default |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
+    owned = {a.arg for a in (*positional, *args.kwonlyargs)} - with_default
     owned.update(a.arg for a in (args.vararg, args.kwarg) if a is not None)
-    shared, aliases = set(), set()
+    shared = set(with_default)
     for node in ast.walk(function):
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             shared.update(node.names)
         value = getattr(node, "value", None)
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            alias = isinstance(value, (ast.Name, ast.Attribute, ast.Subscript))
+            fresh = isinstance(value, _FRESH)
             for target in targets:
-                (aliases if alias else owned).update(_bound(target))
-        elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
-            owned.update(_bound(node.target))
-        elif isinstance(node, (ast.withitem,)) and node.optional_vars is not None:
-            owned.update(_bound(node.optional_vars))
+                (owned if fresh else shared).update(_bound(target))
+        elif isinstance(node, (ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension)):
+            shared.update(_bound(node.target))
+        elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+            shared.update(_bound(node.optional_vars))
         elif isinstance(node, ast.ExceptHandler) and node.name:
             owned.add(node.name)
-    return frozenset(owned - shared - aliases)
+    return frozenset(owned - shared)
 
 
 def _bound(target: ast.AST) -> set[str]:
@@ -481,8 +504,9 @@ def _bound(target: ast.AST) -> set[str]:
 
 
 def _root(node: ast.AST) -> str | None:
-    """The name an attribute, subscript or call chain starts from (``a`` of ``a.b[0].c``)."""
-    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call)):
+    """The name an attribute, subscript or call chain starts from (``a`` of ``a.b[0].c``;
+    ``X`` of ``(s := X).c``)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call, ast.NamedExpr)):
         node = node.func if isinstance(node, ast.Call) else node.value
     return node.id if isinstance(node, ast.Name) else None
 

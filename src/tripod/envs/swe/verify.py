@@ -282,7 +282,7 @@ def _check_trailer(run: RunResult, results: dict[str, str],
 
 # --- hidden checks ------------------------------------------------------------------------
 
-MAX_HIDDEN_CHECKS = 8
+MAX_HIDDEN_CHECKS = 16
 """Hidden checks per task (`SweEnvConfig.hidden_checks` sets fewer; 0 turns them off)."""
 _MAX_CALL_CHARS = 1000
 _MAX_CANDIDATES = 40
