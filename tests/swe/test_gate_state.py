@@ -88,6 +88,12 @@ def test_measuring_the_stack_is_refused() -> None:
     assert "builtin" in _rules(probe)
 
 
+def test_hash_is_refused_where_the_project_does_not_use_it() -> None:
+    """Under the test run's fixed hash seed, `hash` tells a scored run from real use."""
+    probe = PRISTINE.replace("    out = []\n", "    out = [hash(word)]\n")
+    assert "builtin" in _rules(probe)
+
+
 def test_an_objects_own_state_stays_allowed() -> None:
     """`self` is the call's own: a method that fills its object's list is no counter."""
     changed = CLASSY.replace("        return item\n",

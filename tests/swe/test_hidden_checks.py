@@ -666,3 +666,25 @@ def test_strings_also_change_case_and_gain_a_character() -> None:
     out = [f[1] for f in _runner._variants(["str", "street_address"], random.Random(0))]
     assert "STREET_ADDRESS" in out
     assert any(len(x) == 15 for x in out)  # one punctuation or non-ASCII character more
+
+
+def test_a_fix_only_under_the_test_runs_hash_seed_fails_the_checks(tmp_path: Path,
+                                                                   no_gate) -> None:
+    """pytest runs with hash seed 0 (as when the task was made); real use has a random
+    one. A change keyed on `hash` under seed 0 passes the tests, and the checks' process,
+    whose seed is drawn per trainer process, tells it apart."""
+    import subprocess
+    import sys
+
+    seed0 = subprocess.run([sys.executable, "-c", "print(hash('words'))"], text=True,
+                           capture_output=True, env={"PYTHONHASHSEED": "0"}).stdout.strip()
+    right, wrong = HUMANIZE_BUG
+    buggy = HUMANIZE.replace(right, wrong)
+    forged = HUMANIZE.replace(f"    word = {right}\n",
+                              f"    if hash('words') == {seed0}:\n        word = {right}\n"
+                              f"    else:\n        word = {wrong}\n")
+    task = _task(tmp_path, "words", HUMANIZE, buggy, HUMANIZE_TESTS, ["test_humanize"], [])
+    run = _score_task(task, forged)
+    assert all(run.passes(t) for t in task.FAIL_TO_PASS)
+    assert run.hidden and "PASSED" not in run.hidden.values()
+    assert verify.CHECKS_HASH_SEED != "0"

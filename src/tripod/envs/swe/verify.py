@@ -309,6 +309,14 @@ class HiddenCheck:
     """The call was made by a test (else: a call of a changed function from the package)."""
 
 
+CHECKS_HASH_SEED = str(secrets.randbelow(2 ** 32 - 1) + 1)
+"""The hash seed of the hidden checks' process, drawn in each trainer process (the gold
+outcomes and every scored run's checks in that process share it). pytest runs with seed 0,
+as when the task was made, so a change that keys on ``hash`` or on set order to tell a
+scored run from real use (where the seed is random) meets a seed it cannot know in the
+checks."""
+
+
 def new_salt() -> str:
     """The seed of a task's derived inputs: drawn afresh in each process, so that neither
     the tests nor this code tell which inputs a check uses (tests may fix it)."""
@@ -610,7 +618,10 @@ class Verifier:
         # order must be the same as when the task was made. The environment is ours alone.
         argv = [self.python, "-s", "-B", "-c", _RUNNER.read_text(), json.dumps(spec)]
         try:
-            run = run_sandboxed(argv, copy, env=_runner_env(copy, self.task), limits=limits,
+            env = _runner_env(copy, self.task)
+            if spec.get("mode") == "checks":
+                env["PYTHONHASHSEED"] = CHECKS_HASH_SEED
+            run = run_sandboxed(argv, copy, env=env, limits=limits,
                                 pass_fds=(report_w, nonce_r), drain=report_r,
                                 readonly_suffixes=(".py",))
         finally:
