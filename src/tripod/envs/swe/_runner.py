@@ -943,14 +943,11 @@ def _run_checks(items, report, repeat, seconds=2.0, budget=30.0):
             report(f"HC {index} {json.dumps(outcomes[0])}")
 
 
-def _checks_main(spec, nonce, items, write, exit_now):
-    """A process of hidden checks only: no pytest, its output discarded, the audit hook of
-    a scored run in place before anything of the package is imported."""
+def _guarded(spec, nonce, write):
+    """Put the copy on the path and the audit hook in place (before anything of the
+    package is imported); (the report writer, the hook's flagged list, the untrusted-file
+    test)."""
     report_fd = spec["report_fd"]
-    _quiet()
-    import random
-
-    random.seed(0)
     sys.path[:0] = spec["paths"]
     root = os.getcwd()
     initial = frozenset(os.path.join(d, f) for d, _, files in os.walk(root) for f in files)
@@ -961,6 +958,18 @@ def _checks_main(spec, nonce, items, write, exit_now):
     def report(text):
         write(report_fd, f"{nonce} {text}\n".encode())
 
+    return report, flagged, untrusted
+
+
+def _checks_main(spec, nonce, items, write, exit_now):
+    """A process of hidden checks only: no pytest, its output discarded, the audit hook of
+    a scored run in place before anything of the package is imported."""
+    report_fd = spec["report_fd"]
+    _quiet()
+    import random
+
+    random.seed(0)
+    report, flagged, _ = _guarded(spec, nonce, write)
     _run_checks(items, report, repeat=spec.get("repeat", 1))
     write(report_fd, f"{nonce} END 0 {len(items)} {len(flagged)}\n".encode())
     exit_now(0)
@@ -989,15 +998,7 @@ def main():
     import unittest  # noqa: F401 - fingerprinted from the start (its TestCase runs tests)
 
     import_hooks = (frozenset(map(id, sys.meta_path)), frozenset(map(id, sys.path_hooks)))
-    sys.path[:0] = spec["paths"]
-    root = os.getcwd()
-    initial = frozenset(os.path.join(d, f) for d, _, files in os.walk(root) for f in files)
-    untrusted = _untrusted(frozenset(spec["watched"]), root, initial)
-    hook, flagged = _make_guard(report_fd, nonce, untrusted, write, root)
-    sys.addaudithook(hook)
-
-    def report(text):
-        write(report_fd, f"{nonce} {text}\n".encode())
+    report, flagged, untrusted = _guarded(spec, nonce, write)
 
     import _pytest.runner
     import pytest

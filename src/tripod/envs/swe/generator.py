@@ -91,7 +91,7 @@ class GeneratorConfig:
     otherwise hold a worker for the env's default two minutes."""
     skip_unreached: bool = False
     """Trace one pristine run and skip, unrun, the mutants of lines it never executes
-    (4-19% of a project's mutants). Off for the default suite, whose task ids are pinned;
+    (none of semver's, 51 of pathspec's 220, 65 of tabulate's 664). Off for the default suite, whose task ids are pinned;
     on for the large one."""
 
 
