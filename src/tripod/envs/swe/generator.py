@@ -91,8 +91,8 @@ class GeneratorConfig:
     otherwise hold a worker for the env's default two minutes."""
     skip_unreached: bool = False
     """Trace one pristine run and skip, unrun, the mutants of lines it never executes
-    (none of semver's, 51 of pathspec's 220, 65 of tabulate's 664). Off for the default suite, whose task ids are pinned;
-    on for the large one."""
+    (none of semver's, 51 of pathspec's 220, 65 of tabulate's 664). Off for the default
+    suite, whose task ids are pinned; on for the large one."""
 
 
 @dataclass
