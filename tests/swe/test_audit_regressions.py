@@ -243,6 +243,7 @@ _sys.meta_path.insert(0, type("_F", (), {"find_spec": _find_spec, "__module__": 
 RUNNER_FORGERIES = {"spoofed plugin": SPOOFED_PLUGIN, "recorder closure": RECORDER_CLOSURE,
                     "timer setattr": TIMER_SETATTR, "test globals": TEST_GLOBALS,
                     "meta path": META_PATH}
+THREADED = (RECORDER_CLOSURE, TIMER_SETATTR, TEST_GLOBALS)
 
 
 @needs_namespaces
@@ -252,8 +253,16 @@ def test_runner_catches_what_used_to_forge_a_win(calc_task: SweTask, no_gate: No
     """Each of these scored a win with the gate off: a plugin whose ``__module__`` claimed
     pytest's, a thread flipping the recorder's outcomes, a timer setting a test's
     ``__code__``, a thread rebinding the test module's ``clamp``, a finder whose
-    ``__module__`` claimed ``os``."""
-    _caught(_play(calc_task, _prepend(code), "run_tests"))
+    ``__module__`` claimed ``os``.
+
+    The threaded ones race the tests: where the thread had no turn before the run ended, it
+    changed nothing and the run is an honest failure, which must not win either."""
+    step = _play(calc_task, _prepend(code), "run_tests")
+    if code in THREADED and step.info.extra.get("status") != "tampering":
+        assert not step.terminated and not step.info.won, step.observation
+        assert not step.info.extra["resolved"] and "failed" in step.observation
+        return
+    _caught(step)
 
 
 UNDER_TEST = FIX.replace("        return hi\n", "        if os.environ.get('PYTEST_CURRENT_TEST'):\n"

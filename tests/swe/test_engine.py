@@ -56,6 +56,28 @@ def test_swe_recipe_runs_end_to_end(task_file, tmp_path):
     assert set(results["eval"]["final"]) == {f"swe/file:{task_file}"}
 
 
+@pytest.mark.slow
+def test_swe_cpu_recipe_runs_end_to_end(task_file, tmp_path):
+    """The CPU recipe's reduced form: its options (brief objective, fail_to_pass progress,
+    8 tool calls), SFT with held-out next-action accuracy, RLOO and the evaluations of the
+    base, SFT and final models, on the calc task with the tiny model."""
+    from tripod.cli import main
+
+    rc = main(["train", str(RECIPE.with_name("swe-cpu.yaml")), f"env.id=swe/file:{task_file}",
+               "env.options={objective: brief, progress: fail_to_pass, max_tool_calls: 8}",
+               "model.name=tiny", f"run.out_dir={tmp_path}", "run.name=swe", "sft.games=2",
+               "sft.heldout_games=1", "sft.max_turns=8", "train.iterations=1",
+               "train.budget_min=null", "rollout.games_per_iter=1", "rollout.group_size=2",
+               "rollout.train_pool=1", "env.max_turns=3", "rollout.train.max_new_tokens=8",
+               "rollout.eval.max_new_tokens=8", "eval.games=1", "train.tensorboard=false"])
+    assert rc == 0
+    results = json.loads((tmp_path / "swe" / "results.json").read_text())
+    assert results["sft_train"]["demos"] == 2
+    assert results["sft_heldout"]["won"] == 1
+    assert len(results["rl_history"]) == 1
+    assert set(results["eval"]) == {"base", "sft", "final"}
+
+
 class _Script:
     """A scripted policy that replays fixed replies (one per turn)."""
 

@@ -147,7 +147,7 @@ def test_the_env_plays_the_chosen_test_set(monkeypatch: pytest.MonkeyPatch) -> N
         task.split, task.difficulty = split, "easy"
         if held:
             task.metadata["held_out"] = held
-    monkeypatch.setattr(swe, "prepare_large_suite", lambda seed: list(tasks))
+    monkeypatch.setattr(swe, "prepare_large_suite", lambda seed, projects: list(tasks))
     ids = {held: [t.instance_id for t in make("swe/large", "test", held_out=held).tasks]
            for held in ("project", "function")}
     assert ids == {"project": ["tiny__2"], "function": ["tiny__3"]}
@@ -155,3 +155,21 @@ def test_the_env_plays_the_chosen_test_set(monkeypatch: pytest.MonkeyPatch) -> N
                                                                              "tiny__4"]
     with pytest.raises(ValueError, match="held_out"):
         make("swe/large", "test", held_out="functions")
+
+
+def test_train_projects_keeps_the_held_out_projects(monkeypatch: pytest.MonkeyPatch) -> None:
+    import tripod.envs.swe as swe
+    from tripod.envs import make
+
+    asked = []
+    monkeypatch.setattr(swe, "prepare_large_suite",
+                        lambda seed, projects: asked.append(projects) or [_task(0, [])])
+    make("swe/large", "train", train_projects=["toolz", "semver"])
+    held = [n for n, spec in LARGE_PROJECTS.items() if spec.held_out]
+    assert set(asked[0]) == {"toolz", "semver", *held}
+    assert list(asked[0]) == [n for n in LARGE_PROJECTS if n in asked[0]]
+    make("swe/large", "train")
+    assert asked[1] == tuple(LARGE_PROJECTS)
+    for wrong in (["webcolors"], ["toolzz"], []):
+        with pytest.raises(ValueError, match="train_projects"):
+            make("swe/large", "train", train_projects=wrong)

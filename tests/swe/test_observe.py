@@ -56,6 +56,38 @@ def test_issue_mode_is_the_file_list(calc_task: SweTask) -> None:
     assert "Failing" not in obs and "def clamp" not in obs
 
 
+def test_the_brief_objective_is_the_title_and_the_short_card(calc_task: SweTask) -> None:
+    """The brief objective keeps the issue's title and the calls a one-bug fix needs; the
+    expert's calls are all on its card, and every tool still works."""
+    calc_task.problem_statement = "clamp returns x above hi\n\nLong text " + "x " * 300
+    env = SweEnv("swe/test", "train", [calc_task],
+                 SweEnvConfig(objective="brief", max_tool_calls=6))
+    try:
+        obs, info = env.reset(0)
+        assert obs.startswith("Failing tests:")
+        assert "clamp returns x above hi" in info.objective and "Long text" not in info.objective
+        assert "6 in all" in info.objective and "<<<<<<< LINES" in info.objective
+        assert "SEARCH" not in info.objective and "list [PATH]" not in info.objective
+        assert len(info.objective) < len(env_full_objective(calc_task)) // 2
+        assert "calc/__init__.py" in env.step("list").observation
+        while not (step := env.step(info.expert_action)).terminated:
+            info = step.info
+            assert info.expert_action.split()[0] in {"view", "edit", "run_tests", "submit"}
+        assert step.info.won
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="traceback"):
+        SweEnvConfig(objective="brief", observation="issue")
+    with pytest.raises(ValueError, match="objective"):
+        SweEnvConfig(objective="short")
+
+
+def env_full_objective(task: SweTask) -> str:
+    from tripod.envs.swe.env import objective_text
+
+    return objective_text(task, SweEnvConfig())
+
+
 def test_the_scored_run_is_made_once_per_task(calc_task: SweTask, monkeypatch) -> None:
     runs = []
     score = LocalWorkspace.score

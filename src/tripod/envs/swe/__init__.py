@@ -6,7 +6,8 @@ Env ids:
 - ``swe/large`` and ``swe/large-easy|medium|hard``: the large suite (`generator.
   prepare_large_suite`): seeded bugs in fifteen projects, four of them held out for testing
   (option ``held_out``: ``project``, the default, or ``function`` for the test tasks from
-  unseen functions of the training projects);
+  unseen functions of the training projects; ``train_projects``: a subset of the training
+  projects);
 - ``swe/file:PATH``: tasks from a JSONL / JSON / parquet file of SWE-Gym-format instances.
 
 Options (``make(env_id, split, **overrides)``) are the fields of `SweEnvConfig`, plus
@@ -26,6 +27,7 @@ from tripod.envs.swe.generator import (
     prepare_suite,
 )
 from tripod.envs.swe.sandbox import SandboxLimits, run_sandboxed, sandbox_report
+from tripod.envs.swe.sources import LARGE_PROJECTS
 from tripod.envs.swe.task import SweTask, WorkspaceSpec, load_tasks, save_tasks
 from tripod.envs.swe.tools import TOOL_HELP, parse_tool_call
 
@@ -34,8 +36,9 @@ TIERS = ("easy", "medium", "hard")
 
 def _config(observation: str, progress: str, similarity_weight: float, max_tool_calls: int,
             max_observation_chars: int, end_on_violation: bool, workspace_dir: str,
-            limits: SandboxLimits | dict | None, hidden_checks: int = 16) -> SweEnvConfig:
-    return SweEnvConfig(observation=observation, progress=progress,
+            limits: SandboxLimits | dict | None, hidden_checks: int = 16,
+            objective: str = "full") -> SweEnvConfig:
+    return SweEnvConfig(observation=observation, objective=objective, progress=progress,
                         similarity_weight=similarity_weight, max_tool_calls=max_tool_calls,
                         max_observation_chars=max_observation_chars,
                         end_on_violation=end_on_violation, workspace_dir=workspace_dir,
@@ -49,12 +52,12 @@ def make_generated(env_id: str, split: str = "train", *, seed: int = 0,
                    max_tool_calls: int = 40, max_observation_chars: int = 6000,
                    end_on_violation: bool = True, workspace_dir: str = "",
                    limits: SandboxLimits | dict | None = None,
-                   hidden_checks: int = 16) -> SweEnv:
+                   hidden_checks: int = 16, objective: str = "full") -> SweEnv:
     """``swe/generated[-TIER]``: the cached default suite (generator seed `seed`),
     optionally one tier of it. The other options are the fields of `SweEnvConfig`."""
     config = _config(observation, progress, similarity_weight, max_tool_calls,
                      max_observation_chars, end_on_violation, workspace_dir, limits,
-                     hidden_checks)
+                     hidden_checks, objective)
     tasks = prepare_suite(seed)
     tier = env_id.removeprefix("swe/generated").lstrip("-")
     if tier:
@@ -65,22 +68,39 @@ def make_generated(env_id: str, split: str = "train", *, seed: int = 0,
 HELD_OUT = ("project", "function")
 
 
+def _large_projects(train_projects: list[str] | tuple[str, ...] | None) -> tuple[str, ...]:
+    """The large suite's projects an env uses: every held-out project and the training
+    projects `train_projects` (None: all of them), in `LARGE_PROJECTS` order."""
+    if train_projects is None:
+        return tuple(LARGE_PROJECTS)
+    training = [n for n, spec in LARGE_PROJECTS.items() if not spec.held_out]
+    unknown = sorted(set(train_projects) - set(training))
+    if unknown or not train_projects:
+        raise ValueError(f"train_projects must be a non-empty list of the large suite's "
+                         f"training projects {training}, not {list(train_projects)!r}")
+    return tuple(n for n, spec in LARGE_PROJECTS.items()
+                 if spec.held_out or n in train_projects)
+
+
 def make_large(env_id: str, split: str = "train", *, seed: int = 0, held_out: str = "project",
+               train_projects: list[str] | None = None,
                observation: str = "traceback", progress: str = "all_tests",
                similarity_weight: float = 0.0, max_tool_calls: int = 40,
                max_observation_chars: int = 6000, end_on_violation: bool = True,
                workspace_dir: str = "", limits: SandboxLimits | dict | None = None,
-               hidden_checks: int = 16) -> SweEnv:
+               hidden_checks: int = 16, objective: str = "full") -> SweEnv:
     """``swe/large[-TIER]``: the cached large suite (generator seed `seed`), optionally
     one tier of it; the test split holds the tasks of the projects held out (`held_out`
-    ``project``) or of the training projects' held-out functions (``function``). The
-    other options are the fields of `SweEnvConfig`."""
+    ``project``) or of the training projects' held-out functions (``function``).
+    `train_projects` keeps only these training projects (None: all), so a run generates
+    and trains on fewer; the held-out projects are always there. The other options are the
+    fields of `SweEnvConfig`."""
     if held_out not in HELD_OUT:
         raise ValueError(f"held_out must be one of {HELD_OUT}, not {held_out!r}")
     config = _config(observation, progress, similarity_weight, max_tool_calls,
                      max_observation_chars, end_on_violation, workspace_dir, limits,
-                     hidden_checks)
-    tasks = prepare_large_suite(seed)
+                     hidden_checks, objective)
+    tasks = prepare_large_suite(seed, _large_projects(train_projects))
     tier = env_id.removeprefix("swe/large").lstrip("-")
     tasks = [t for t in tasks if (not tier or t.difficulty == tier)
              and (t.split != "test" or t.metadata.get("held_out") == held_out)]
@@ -93,12 +113,12 @@ def make_from_file(env_id: str, split: str = "train", *, observation: str = "tra
                    max_observation_chars: int = 6000, end_on_violation: bool = True,
                    workspace_dir: str = "",
                    limits: SandboxLimits | dict | None = None,
-                   hidden_checks: int = 16) -> SweEnv:
+                   hidden_checks: int = 16, objective: str = "full") -> SweEnv:
     """``swe/file:PATH``: every task of a task file. Options: the fields of
     `SweEnvConfig`."""
     config = _config(observation, progress, similarity_weight, max_tool_calls,
                      max_observation_chars, end_on_violation, workspace_dir, limits,
-                     hidden_checks)
+                     hidden_checks, objective)
     return SweEnv(env_id, split, load_tasks(env_id.removeprefix("swe/file:")), config)
 
 
@@ -122,7 +142,8 @@ register(r"swe/generated(-(easy|medium|hard))?", make_generated,
          "Seeded bugs in real PyPI projects; tools + sandboxed, test-verified rewards",
          action_parser=whole_reply_action, instruction=SWE_INSTRUCTION, prepare=_prepare)
 def _prepare_large(env_id: str, split: str, games: list[int], options: dict) -> None:
-    prepare_large_suite(options.get("seed", 0))
+    prepare_large_suite(options.get("seed", 0),
+                        _large_projects(options.get("train_projects")))
 
 
 register(r"swe/large(-(easy|medium|hard))?", make_large,

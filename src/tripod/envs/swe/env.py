@@ -49,6 +49,7 @@ from tripod.envs.swe.sandbox import (
 from tripod.envs.swe.scoring import PROGRESS_MEASURES, TargetScore, parse_pytest_report
 from tripod.envs.swe.task import SweTask
 from tripod.envs.swe.tools import (
+    BRIEF_HELP,
     TOOL_HELP,
     ToolCall,
     ToolCallError,
@@ -64,6 +65,8 @@ from tripod.envs.swe.workspace import Workspace, make_workspace
 
 OBSERVATIONS = ("traceback", "issue")
 """First observations of an episode (`SweEnvConfig.observation`)."""
+OBJECTIVES = ("full", "brief")
+"""Objectives of an episode (`SweEnvConfig.objective`)."""
 
 
 @dataclass
@@ -78,6 +81,13 @@ class SweEnvConfig:
     inside the repository and the error lines) and the function under test with line
     numbers. `issue`: the repository's file list, so that the problem statement in the
     objective is all the agent knows of the bug (the paper's setting)."""
+    objective: Literal["full", "brief"] = "full"
+    """`full`: the problem statement, the whole tool card and the rules. `brief` (with the
+    `traceback` observation only): the issue's title, the calls a one-bug fix needs (`view`,
+    a line-range `edit`, `run_tests`, `submit`) and the budget, about 150 tokens instead of
+    400-550, since the tracebacks already show what the statement's examples show and a
+    small model's training cost grows with every prompt token. Every tool works either
+    way."""
     progress: Literal["all_tests", "fail_to_pass", "binary"] = "all_tests"
     """What `info.progress` measures (`reward.kind: final_score` pays its last value,
     `dense` its gains). `all_tests`: the share of the instance's tests (FAIL_TO_PASS +
@@ -114,6 +124,12 @@ class SweEnvConfig:
         if self.observation not in OBSERVATIONS:
             raise ValueError(f"observation must be one of {', '.join(OBSERVATIONS)}, got "
                              f"{self.observation!r}")
+        if self.objective not in OBJECTIVES:
+            raise ValueError(f"objective must be one of {', '.join(OBJECTIVES)}, got "
+                             f"{self.objective!r}")
+        if self.objective == "brief" and self.observation != "traceback":
+            raise ValueError("objective='brief' keeps only the issue's title, so it needs "
+                             "observation='traceback' (the failing tests' tracebacks)")
         if self.progress not in PROGRESS_MEASURES:
             raise ValueError(f"progress must be one of {', '.join(PROGRESS_MEASURES)}, got "
                              f"{self.progress!r}")
@@ -159,7 +175,13 @@ def _cap(text: str, limit: int) -> str:
 
 
 def objective_text(task: SweTask, config: SweEnvConfig, label: str = "/workspace") -> str:
-    """What the agent is asked to do (problem statement + tool card + rules)."""
+    """What the agent is asked to do (problem statement + tool card + rules; with the brief
+    objective the statement's title and the short card)."""
+    if config.objective == "brief":
+        title = (task.problem_statement.strip().splitlines() or ["a failing test"])[0]
+        return (f"Fix the bug in {task.repo or task.instance_id} ({label}): {title}. The "
+                f"tests are right; change the library code. One tool call per turn, "
+                f"{config.max_tool_calls} in all:\n{BRIEF_HELP}")
     return (f"Fix the issue below in the repository {task.repo or task.instance_id}, "
             f"checked out at {label}.\n\nIssue:\n{task.problem_statement.strip()}\n\n"
             f"Answer each turn with exactly one tool call. Tools:\n{TOOL_HELP}\n\n"

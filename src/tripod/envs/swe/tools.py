@@ -55,6 +55,9 @@ USAGE = {
 }
 TOOL_HELP = "\n".join(USAGE[t] for t in TOOLS)
 """The reference card shown in the objective and after a malformed call."""
+BRIEF_HELP = "\n".join([USAGE["view"], USAGE["edit"].split("\nedit PATH ")[0],
+                        "run_tests                   run the task's tests", USAGE["submit"]])
+"""The card of the brief objective: the calls a one-bug fix needs (every tool still works)."""
 
 VIEW_MAX_LINES = 150
 LIST_MAX_ENTRIES = 300
