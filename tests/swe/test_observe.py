@@ -34,6 +34,14 @@ def test_traceback_and_function_under_test(calc_task: SweTask) -> None:
     assert "def mean" not in obs  # only the function under test
 
 
+def test_column_markers_are_dropped() -> None:
+    tb = trim_traceback("t.py::test_x", [
+        "t.py:3: in test_x", "    assert f(1) == 2", "           ^^^^", "pkg/m.py:9: in f",
+        "    return g(x) + h(x)", "           ~~~~~^~~~~~", "E   ValueError: bad"])
+    assert [f.source for f in tb.frames] == [["    assert f(1) == 2"],
+                                             ["    return g(x) + h(x)"]]
+
+
 def test_the_library_frame_names_the_function(calc_task: SweTask) -> None:
     """An error raised inside the library: the frame where it surfaces, and the function
     around that frame's line."""

@@ -139,7 +139,8 @@ def trim_traceback(test_id: str, lines: list[str]) -> Traceback:
         elif line.startswith(_CHAIN):
             tb.notes.append(line)
             in_frame = False
-        elif in_frame and line.startswith(" ") and len(frames[-1].source) < SOURCE_LINES:
+        elif in_frame and line.startswith(" ") and len(frames[-1].source) < SOURCE_LINES \
+                and line.strip(" ^~"):  # a column marker line costs tokens, locates no line
             frames[-1].source.append(_clip(line))
     tb.cut_frames = max(len(frames) - MAX_FRAMES, 0)
     tb.frames = frames[-MAX_FRAMES:]
