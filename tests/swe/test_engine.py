@@ -68,7 +68,7 @@ def test_swe_cpu_recipe_runs_end_to_end(task_file, tmp_path):
                "model.name=tiny", f"run.out_dir={tmp_path}", "run.name=swe", "sft.games=2",
                "sft.heldout_games=1", "sft.max_turns=8", "train.iterations=1",
                "train.budget_min=null", "rollout.games_per_iter=1", "rollout.group_size=2",
-               "rollout.train_pool=1", "env.max_turns=3", "rollout.train.max_new_tokens=8",
+               "env.max_turns=3", "rollout.train.max_new_tokens=8",
                "rollout.eval.max_new_tokens=8", "eval.games=1", "train.tensorboard=false"])
     assert rc == 0
     results = json.loads((tmp_path / "swe" / "results.json").read_text())

@@ -178,7 +178,7 @@ def objective_text(task: SweTask, config: SweEnvConfig, label: str = "/workspace
     """What the agent is asked to do (problem statement + tool card + rules; with the brief
     objective the statement's title and the short card)."""
     if config.objective == "brief":
-        title = (task.problem_statement.strip().splitlines() or ["a failing test"])[0]
+        title = (task.problem_statement.strip().splitlines() or ["a failing test"])[0].rstrip(".")
         return (f"Fix the bug in {task.repo or task.instance_id} ({label}): {title}. The "
                 f"tests are right; change the library code. One tool call per turn, "
                 f"{config.max_tool_calls} in all:\n{BRIEF_HELP}")
