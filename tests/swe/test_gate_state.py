@@ -60,12 +60,50 @@ COUNTERS = {
     "a generator default": PRISTINE.replace(
         "def apply(word):\n", "def apply(word, _n=(i for i in range(99))):\n"),
     "a name default": PRISTINE.replace("def apply(word):\n", "def apply(word, _s=RULES):\n"),
+    # an iterator shared by every call, bound other than by assignment
+    "a module-level assignment expression": PRISTINE.replace(
+        "def apply(word):\n", "(_tally := iter(range(10**9)))\n\n\ndef apply(word):\n"
+                              "    if next(_tally) < 300:\n        return []\n"),
+    "a module-level loop target": PRISTINE.replace(
+        "def apply(word):\n", "for _tally in [iter(range(10**9))]:\n    pass\n\n\n"
+                              "def apply(word):\n    next(_tally)\n"),
+    "a module-level except target": PRISTINE.replace(
+        "def apply(word):\n", "try:\n    raise ValueError(iter(range(9)))\nexcept "
+                              "ValueError as _tally:\n    pass\n\n\ndef apply(word):\n"
+                              "    next(_tally.args[0])\n"),
+    "a module-level with target": PRISTINE.replace(
+        "def apply(word):\n", "with open('x') as _tally:\n    pass\n\n\n"
+                              "def apply(word):\n    next(_tally)\n"),
+    "an assignment expression in a module-level comprehension": PRISTINE.replace(
+        "def apply(word):\n", "[(_tally := iter(range(9))) for _ in 'a']\n\n\n"
+                              "def apply(word):\n    next(_tally)\n"),
+    "a module-level match capture": PRISTINE.replace(
+        "def apply(word):\n", "match iter(range(9)):\n    case _tally:\n        pass\n\n\n"
+                              "def apply(word):\n    next(_tally)\n"),
+    "a class attribute holding a generator": PRISTINE.replace(
+        "def apply(word):\n", "class _Tally:\n    _make = (i for i in range(10**9))\n\n\n"
+                              "def apply(word):\n    next(_Tally._make)\n"),
+    "a class attribute holding a conditional": PRISTINE.replace(
+        "def apply(word):\n", "class _Tally:\n    _make = iter([1]) if RULES else iter([2])"
+                              "\n\n\ndef apply(word):\n    next(_Tally._make)\n"),
+    "a class-body loop target": PRISTINE.replace(
+        "def apply(word):\n", "class _Tally:\n    for _make in [iter(range(9))]:\n"
+                              "        pass\n\n\ndef apply(word):\n    next(_Tally._make)\n"),
 }
 ALLOWED = {
     "a local list": PRISTINE.replace("    out = []\n", "    out = []\n    out.append(word)\n"),
     "the module-level list's own edit": PRISTINE.replace("    RULES.append(rule)\n",
                                                          "    RULES.insert(0, rule)\n"),
     "a module-level constant edited": PRISTINE.replace("RULES = []\n", "RULES = [str]\n"),
+    "a new helper function": PRISTINE.replace(
+        "def apply(word):\n", "def _first(rule, word):\n    return rule(word)\n\n\n"
+                              "def apply(word):\n"),
+    "a local assignment expression and loop": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    if (n := len(word)) > 3:\n"
+                         "        for _ in range(n):\n            pass\n"),
+    "a class attribute naming a function": PRISTINE.replace(
+        "def apply(word):\n", "class _Rules:\n    first = register\n    size = 3\n\n\n"
+                              "def apply(word):\n"),
     "constant defaults": PRISTINE.replace("def apply(word):\n",
                                           "def apply(word, n=-1, sep=(\"-\", 2)):\n"),
 }

@@ -41,8 +41,10 @@ Once every string-to-attribute route is refused (``getattr``, ``setattr``, ``del
 fields), a string assembled at run time (``"_" + "_eq_" + "_"``) names nothing.
 
 New code may not create state that outlives a call (`_state_features`): a name bound at
-the module's top level, ``global``/``nonlocal``, a default value that is not a constant, a
-class attribute holding a container, or an in-place change, inside a function, of an
+the module's top level or in a class body by any statement (an assignment, a loop, an
+assignment expression, ``with``/``except ... as``), ``global``/``nonlocal``, a default
+value that is not a constant, a class attribute holding anything but a constant, an
+existing object or a function, or an in-place change, inside a function, of an
 object the call does not own (`_owned_names`: its parameters without defaults and the
 locals bound only to new objects are its own; an alias of a shared object is not). With a counter, code can be
 right for its first N calls (every test and every hidden check) and wrong afterwards, which
@@ -512,11 +514,42 @@ def _root(node: ast.AST) -> str | None:
     return node.id if isinstance(node, ast.Name) else None
 
 
+def _plain_value(value: ast.AST | None) -> bool:
+    """A class attribute's value that holds no state of its own: none, a constant, a name
+    or attribute of an existing object, a function."""
+    return value is None or _constant(value) or isinstance(
+        value, (ast.Name, ast.Attribute, ast.Lambda))
+
+
+def _scope_bindings(node: ast.AST, header: list[ast.AST]) -> set[str]:
+    """Names a statement binds other than by assignment: a loop, ``with ... as``,
+    ``except ... as`` or ``match`` target, an assignment expression (which binds in the
+    enclosing scope even inside a comprehension)."""
+    names: set[str] = set()
+    if isinstance(node, (ast.For, ast.AsyncFor)):
+        names |= _bound(node.target)
+    elif isinstance(node, ast.ExceptHandler) and node.name:
+        names.add(node.name)
+    for sub in header:
+        if isinstance(sub, ast.withitem) and sub.optional_vars is not None:
+            names |= _bound(sub.optional_vars)
+        elif isinstance(sub, ast.NamedExpr):
+            names |= _bound(sub.target)
+        elif isinstance(sub, (ast.MatchAs, ast.MatchStar)) and sub.name:
+            names.add(sub.name)
+        elif isinstance(sub, ast.MatchMapping) and sub.rest:
+            names.add(sub.rest)
+    return names
+
+
 def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...],
                     module_names: frozenset[str], owned: frozenset[str] | None,
                     in_class: bool) -> list[tuple[Feature, int]]:
     """State that outlives a call, which a statement creates or changes: a name bound at
-    the module's top level; a class attribute holding a container; or, inside a function,
+    the module's top level or in a class body by any statement (an assignment, a loop, an
+    assignment expression, ``with``/``except ... as``, ``match``); a class attribute
+    holding anything but a constant, an existing object or a function (a container, a
+    generator, a conditional); or, inside a function,
     a container changed in place (``_SEEN.append(x)``, ``Seen.items.append(x)``,
     ``rules[:0] = ...``, ``obj.count += 1``) that the call does not own (`_owned_names`:
     not a parameter or a local object of its own). With it, code can behave one way for its
@@ -530,10 +563,13 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
         for target in targets:
             out += [(("state", f"binds `{n.id}` at module level"), line)
                     for n in ast.walk(target) if isinstance(n, ast.Name)]
-    if in_class and assigned and isinstance(getattr(node, "value", None), _MUTABLE):
+    if in_class and assigned and not _plain_value(getattr(node, "value", None)):
         out.append((("state", f"a class attribute of `{scope[-1]}` holding "
                               f"`{ast.unparse(node.value)[:40]}`"), line))
-    if owned is None:
+    if owned is None:  # the module's or a class's own scope: its names outlive every call
+        where = f"in class `{scope[-1]}`" if in_class else "at module level"
+        out += [(("state", f"binds `{name}` {where}"), line)
+                for name in sorted(_scope_bindings(node, header))]
         return out
     for sub in header:
         receiver = None
