@@ -265,6 +265,23 @@ def test_runner_catches_what_used_to_forge_a_win(calc_task: SweTask, no_gate: No
     _caught(step)
 
 
+ALLOCATION_PROBE = ("edit calc/__init__.py\n<<<<<<< SEARCH\n        return x\n    return x\n"
+                    "=======\n        try:\n            bytes(5 * 2**30)\n            return x\n"
+                    "        except Exception:\n            return hi\n    return x\n"
+                    ">>>>>>> REPLACE")
+"""Right only where a 5 GiB allocation, which the host grants lazily, fails: under an
+address-space cap."""
+
+
+@needs_namespaces
+def test_an_allocation_probe_tells_a_scored_run_nothing(calc_task: SweTask) -> None:
+    from tripod.envs.swe.sandbox import sandbox_report
+
+    if "memory" not in sandbox_report().run_caps:
+        pytest.skip("no memory cgroup here: runs keep the address-space cap")
+    _earns_nothing(_play(calc_task, ALLOCATION_PROBE, "run_tests", "submit"))
+
+
 UNDER_TEST = FIX.replace("        return hi\n", "        if os.environ.get('PYTEST_CURRENT_TEST'):\n"
                          "            return hi\n        return x\n")
 

@@ -12,10 +12,13 @@ What is enforced, and how (see docs/swe.md for the honest list of what is not):
 - **Nothing of the trainer's**: the sandbox's processes start with a two-variable
   environment, no inherited descriptors but the ones passed on purpose, and the jail is
   non-dumpable.
-- **Resource limits** (``setrlimit``): CPU seconds, address space, file size, core dumps; and
-  per run, through cgroups where they can be created: a process cap (``pids``), one core of
-  CPU and a memory cap for all processes together (``RLIMIT_NPROC`` as well, which the
-  kernel enforces for non-root users only).
+- **Resource limits** (``setrlimit``): CPU seconds, file size, core dumps, and the address
+  space where no memory cgroup caps the run; and per run, through cgroups where they can
+  be created: a process cap (``pids``), one core of CPU and a memory cap for all processes
+  together (``RLIMIT_NPROC`` as well, which the kernel enforces for non-root users only).
+  Under a memory cgroup the address space is left as the host leaves it: the cgroup counts
+  the memory a run uses, and an address-space cap would let code tell a scored run from
+  real use (an allocation the host grants lazily, ``bytes(5 * 2**30)``, fails under it).
 - **Wall clock and output**: the trainer reads the merged stdout/stderr with a deadline and a
   byte cap; past either it kills the group (and the cgroup's members).
 
@@ -66,7 +69,8 @@ class SandboxLimits:
     cpu_s: int = 120
     """CPU seconds per process (RLIMIT_CPU: SIGXCPU, then SIGKILL)."""
     memory_mb: int = 4096
-    """Address space per process (RLIMIT_AS), in MiB."""
+    """Address space per process (RLIMIT_AS), in MiB, where no memory cgroup caps the run
+    (`run_memory_mb`)."""
     processes: int = 128
     """Most processes alive at once (pids cgroup; RLIMIT_NPROC for non-root users)."""
     output_bytes: int = 2_000_000
@@ -262,10 +266,24 @@ def _make_cgroups(limits: SandboxLimits) -> list[Path]:
     return list(groups)
 
 
+def _memory_capped(groups: list[Path], limits: SandboxLimits) -> bool:
+    """Whether one of the run's cgroups holds its memory cap."""
+    cap = str(limits.run_memory_mb * 1024 * 1024)
+    for group in groups:
+        for name in ("memory.max", "memory.limit_in_bytes"):
+            with contextlib.suppress(OSError):
+                if (group / name).read_text().strip() == cap:
+                    return True
+    return False
+
+
 def _jail_spec(argv: list[str], workspace: Path, cwd: Path, env: dict[str, str],
                limits: SandboxLimits, cgroups: list[Path], root: Path | None,
                status_fd: int, readonly_suffixes: tuple[str, ...] = ()) -> str:
+    """The jail's spec. The address-space cap (``memory_bytes``) is 0, i.e. not set, where a
+    memory cgroup caps the run (see the module's docstring)."""
     mib = 1024 * 1024
+    address = 0 if _memory_capped(cgroups, limits) else limits.memory_mb * mib
     return json.dumps({
         "argv": argv, "cwd": str(cwd), "env": env, "workspace": str(workspace),
         "cgroups": [str(g) for g in cgroups], "status_fd": status_fd,
@@ -273,7 +291,7 @@ def _jail_spec(argv: list[str], workspace: Path, cwd: Path, env: dict[str, str],
         "host_uts": os.stat("/proc/self/ns/uts").st_ino,
         "root": str(root) if root else "", "readonly": readonly_paths(argv[0]),
         "protect": list(readonly_suffixes),
-        "limits": {"cpu_s": limits.cpu_s, "memory_bytes": limits.memory_mb * mib,
+        "limits": {"cpu_s": limits.cpu_s, "memory_bytes": address,
                    "file_bytes": limits.file_mb * mib, "processes": limits.processes},
     })
 
