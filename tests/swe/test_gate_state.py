@@ -132,12 +132,9 @@ def test_hash_is_refused_where_the_project_does_not_use_it() -> None:
     assert "builtin" in _rules(probe)
 
 
-@pytest.mark.parametrize("probe", ["    out = [id(word) >> 24 & 1]\n",
-                                   "    try:\n        bytes(5 * 2**30)\n    except MemoryError:"
-                                   "\n        out = [1]\n"])
-def test_coins_and_memory_probes_are_refused(probe: str) -> None:
-    """An address is a coin that differs per process (retried until a scored run comes out
-    right); a large allocation that fails tells a run under an address-space cap."""
+def test_memory_probes_are_refused() -> None:
+    """A large allocation that fails tells a run under an address-space cap."""
+    probe = "    try:\n        bytes(5 * 2**30)\n    except MemoryError:\n        out = [1]\n"
     assert "builtin" in _rules(PRISTINE.replace("    out = []\n", "    out = []\n" + probe))
 
 

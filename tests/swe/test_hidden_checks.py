@@ -66,12 +66,15 @@ def _resolved(run: verify.VerifiedRun, task: SweTask) -> bool:
 
 # --- making the checks ----------------------------------------------------------------------
 
-def test_targets_are_the_module_level_functions_the_gold_patch_changes() -> None:
+def test_targets_are_the_functions_and_methods_the_gold_patch_changes() -> None:
     pristine = {"calc/__init__.py": BUGGY.encode(),
-                "calc/shapes.py": b"class Box:\n    def area(self):\n        return 1\n"}
+                "calc/shapes.py": b"class Box:\n    def area(self):\n        return 1\n\n"
+                                  b"    def side(self):\n        return 1\n"}
     gold = {"calc/__init__.py": CALC.encode(),
-            "calc/shapes.py": b"class Box:\n    def area(self):\n        return 2\n"}
-    assert check_targets(pristine, gold, ["."]) == [("calc/__init__.py", "calc", "clamp")]
+            "calc/shapes.py": b"class Box:\n    def area(self):\n        return 2\n\n"
+                              b"    def side(self):\n        return 1\n"}
+    assert check_targets(pristine, gold, ["."]) == [("calc/__init__.py", "calc", "clamp"),
+                                                   ("calc/shapes.py", "calc.shapes", "Box.area")]
     assert check_targets(pristine, {"calc/__init__.py": None}, ["."]) == []
 
 
@@ -354,16 +357,72 @@ def _score_task(task: SweTask, text: str) -> verify.VerifiedRun:
         ws.close()
 
 
-def test_a_task_without_a_module_level_target_has_no_checks(tmp_path: Path) -> None:
-    source = "class Box:\n    def area(self, n):\n        return n * 2\n"
-    buggy = source.replace("n * 2", "n * 3")
-    tests = "from box import Box\n\n\ndef test_area():\n    assert Box().area(2) == 4\n"
-    task = _task(tmp_path, "box", source, buggy, tests, ["test_area"], [])
+BOX = '''class Box:
+    def __init__(self, side, label="box"):
+        self.side = side
+        self.label = label
+
+    def area(self, n):
+        return self.side * n
+
+    def grow(self, by):
+        self.side += by
+'''
+BOX_TESTS = '''from box import Box
+
+
+def test_area():
+    assert Box(2).area(3) == 6
+
+
+def test_grow():
+    b = Box(1)
+    b.grow(2)
+    assert b.side == 3
+'''
+BOX_BUGS = {
+    "area": ("        return self.side * n\n", "        return self.side * n + 1\n",
+             "        if (self.side, n) == (2, 3):\n            return 6\n"
+             "        return self.side * n + 1\n"),
+    "grow": ("        self.side += by\n", "        self.side += by + 1\n",
+             "        self.side += by + (by != 2)\n"),
+}
+"""(the right line, the bug, a change fitted to the tested call)."""
+
+
+def _checks(task: SweTask) -> list[verify.HiddenCheck]:
     ws = LocalWorkspace.create(task)
     try:
-        assert ws.verifier is not None and ws.verifier.hidden_checks(LIMITS) == []
+        assert ws.verifier is not None
+        return ws.verifier.hidden_checks(LIMITS)
     finally:
         ws.close()
+
+
+@pytest.mark.parametrize("bug", sorted(BOX_BUGS))
+def test_methods_are_checked_on_their_objects_state(tmp_path: Path, bug: str) -> None:
+    """A method called by a test is called again on a fresh object holding the state the
+    test's object had, with derived arguments; its outcome is its result and the object's
+    state after the call, so a method that changes its object (`grow`) is judged too. A
+    change fitted to the tested call fails them."""
+    right, wrong, fitted = BOX_BUGS[bug]
+    task = _task(tmp_path, "box", BOX, BOX.replace(right, wrong), BOX_TESTS, [f"test_{bug}"],
+                 [])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {f"Box.{bug}"}
+    assert all(json.loads(c.call)[0][1][0][0] == "self" for c in checks)
+    gold = _score_task(task, BOX)
+    assert gold.hidden and set(gold.hidden.values()) == {"PASSED"}
+    forged = _score_task(task, BOX.replace(right, fitted))
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
+def test_a_method_of_an_object_that_is_not_plain_data_has_no_checks(tmp_path: Path) -> None:
+    source = BOX.replace("self.label = label", "self.label = lambda: label")
+    task = _task(tmp_path, "box", source, source.replace(*BOX_BUGS["area"][:2]), BOX_TESTS,
+                 ["test_area"], [])
+    assert _checks(task) == []
     run = _score_task(task, source)
     assert run.hidden == {} and run.passes("tests/test_box.py::test_area")
 
@@ -687,4 +746,33 @@ def test_a_fix_only_under_the_test_runs_hash_seed_fails_the_checks(tmp_path: Pat
     run = _score_task(task, forged)
     assert all(run.passes(t) for t in task.FAIL_TO_PASS)
     assert run.hidden and "PASSED" not in run.hidden.values()
-    assert verify.CHECKS_HASH_SEED != "0"
+    assert "0" not in verify.CHECKS_HASH_SEEDS
+
+
+DAYS = '''from datetime import date, timedelta
+
+
+def next_day(text):
+    return date.fromisoformat(text) + timedelta(days=1)
+'''
+DAYS_TESTS = '''from datetime import date
+
+from days import next_day
+
+
+def test_next_day():
+    assert next_day("2020-01-01") == date(2020, 1, 2)
+'''
+
+
+def test_dates_are_outputs_a_check_compares(tmp_path: Path) -> None:
+    """A date (a value type of the standard library) is compared by its ISO text."""
+    buggy = DAYS.replace("days=1", "days=2")
+    fitted = DAYS.replace("    return date", "    if text == '2020-01-01':\n"
+                                              "        return date(2020, 1, 2)\n    return date")
+    task = _task(tmp_path, "days", DAYS, buggy.replace("days=1", "days=2"), DAYS_TESTS,
+                 ["test_next_day"], [])
+    checks = _checks(task)
+    assert checks and all(json.loads(c.expected)[1][0] == "std" for c in checks)
+    assert set(_score_task(task, DAYS).hidden.values()) == {"PASSED"}
+    assert "FAILED" in _score_task(task, fitted.replace("days=1", "days=2")).hidden.values()

@@ -500,12 +500,32 @@ def _status(report, old):
 _MAX_ITEMS, _MAX_TEXT, _MAX_DEPTH = 2000, 10_000, 20
 
 
+def _std_values():
+    """{type: its exact text} for the standard library's value types a result may hold:
+    dates, times and durations (ISO text; a duration's days, seconds and microseconds),
+    decimals and fractions (their ``str``). Only the types themselves, never a subclass,
+    and only those of modules already imported (nothing is imported here)."""
+    out = {}
+    dt, decimal, fractions = (sys.modules.get(n) for n in ("datetime", "decimal", "fractions"))
+    if dt is not None:
+        for kind in (dt.datetime, dt.date, dt.time):
+            out[kind] = kind.isoformat
+        out[dt.timedelta] = lambda d: f"{d.days} {d.seconds} {d.microseconds}"
+    if decimal is not None:
+        out[decimal.Decimal] = decimal.Decimal.__str__
+    if fractions is not None:
+        out[fractions.Fraction] = fractions.Fraction.__str__
+    return out
+
+
 def _encode(value, objects=False):
     """An exactly typed JSON-able form of plain data (None, bool, int, float, str, bytes,
-    and lists, tuples, sets and dicts of them), and with `objects` of instances of Python
-    classes by their class name and attributes; ValueError for anything else. Types are
+    and lists, tuples, sets and dicts of them), and with `objects` of the standard
+    library's value types (`_std_values`) and of instances of Python classes by their
+    class name and attributes; ValueError for anything else. Types are
     compared exactly: a subclass (a str whose ``__eq__`` always holds) is not plain."""
     budget = [_MAX_ITEMS]
+    std = _std_values() if objects else {}
 
     def enc(v, depth):
         budget[0] -= 1
@@ -532,6 +552,10 @@ def _encode(value, objects=False):
         if kind is dict:
             return ["dict", [[enc(k, depth + 1), enc(x, depth + 1)]
                              for k, x in dict.items(v)]]
+        if objects and kind in std:
+            # A value of the standard library (a date, a duration, a decimal): its type's
+            # name and its own exact text, read with the type's own method.
+            return ["std", kind.__qualname__, std[kind](v)]
         if objects and kind.__module__ != "builtins" and tuple in kind.__mro__:
             # A named tuple (a result record): its class's name and its items by field,
             # read with tuple's own methods (nothing of the object's runs).
@@ -621,10 +645,13 @@ def _at_random_depth(function, args, kwargs):
         sys.setrecursionlimit(limit)
 
 
-def _outcome(function, call, seconds):
+def _outcome(function, call, seconds, owner=None):
     """The exactly typed outcome of ``function(*args, **kwargs)`` for the encoded `call`:
     ["value", form], ["iter", form] (an iterator's first items), ["raise", exception
-    class name], ["timeout"] or ["opaque"] (a result that is not plain data)."""
+    class name], ["timeout"] or ["opaque"] (a result that is not plain data). A method's
+    call (its first argument ``["self", state]``) runs on a fresh instance of `owner`
+    holding that state, and its outcome is the pair (result, the instance's state after
+    the call), so a method that changes its object is judged by the change."""
     import signal
 
     def alarm(signum, frame):
@@ -634,7 +661,14 @@ def _outcome(function, call, seconds):
     old = signal.signal(signal.SIGALRM, alarm)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        value = _at_random_depth(function, _decode(args), _decode(kwargs))
+        receiver = None
+        if args[1] and args[1][0][0] == "self":
+            receiver = object.__new__(owner)
+            object.__getattribute__(receiver, "__dict__").update(_decode(args[1][0][1]))
+            values = [receiver, *_decode(["list", args[1][1:]])]
+        else:
+            values = _decode(args)
+        value = _at_random_depth(function, values, _decode(kwargs))
         kind = "value"
         if hasattr(type(value), "__next__") and type(value) not in (str, bytes):
             items, kind = [], "iter"
@@ -644,6 +678,8 @@ def _outcome(function, call, seconds):
                     break
             value = items
         signal.setitimer(signal.ITIMER_REAL, 0)
+        if receiver is not None:
+            value = (value, dict(object.__getattribute__(receiver, "__dict__")))
         try:
             return [kind, _encode(value, objects=True)]
         except (ValueError, RecursionError, TypeError):
@@ -657,18 +693,39 @@ def _outcome(function, call, seconds):
         signal.signal(signal.SIGALRM, old)
 
 
+def _receiver(obj, module, qualname):
+    """``["self", state]`` for the object a method of class ``qualname``'s owner was called
+    on, where a fresh instance can hold that state: an instance of exactly that class of
+    `module`, every class of its lineage Python code without ``__slots__`` or its own
+    ``__new__``, its attributes plain data. ValueError otherwise."""
+    kind = type(obj)
+    if type.__getattribute__(kind, "__qualname__") != qualname.rsplit(".", 1)[0] or \
+            type.__getattribute__(kind, "__module__") != module:
+        raise ValueError("another class")
+    for base in type.__getattribute__(kind, "__mro__")[:-1]:
+        own = type.__getattribute__(base, "__dict__")
+        if type.__getattribute__(base, "__module__") == "builtins" or "__slots__" in own \
+                or "__new__" in own:
+            raise ValueError("not a plain class")
+    state = object.__getattribute__(obj, "__dict__")
+    if type(state) is not dict:
+        raise ValueError("not plain data")
+    return ["self", _encode(dict(state))]
+
+
 def _recording(sources, targets, tests, calls, limit=40):
     """A profile function that keeps the encoded arguments of calls of module-level
-    functions of the package's `sources` made directly from `tests` files, and of calls of
-    the `targets` ((file, qualname) of the functions the gold patch changes) from anywhere,
-    as ``[module, qualname, encoded call, from a test]`` (at most `limit` different calls
-    per function). Arguments that are their parameter's default (often a sentinel object)
-    are left out of the call."""
+    functions and methods of the package's `sources` made directly from `tests` files, and
+    of calls of the `targets` ((file, qualname) of the functions and methods the gold patch
+    changes) from anywhere, as ``[module, qualname, encoded call, from a test]`` (at most
+    `limit` different calls per function). Arguments that are their parameter's default
+    (often a sentinel object) are left out of the call; a method's object is its state
+    (`_receiver`), and a method called on an object that is not plain data is not kept."""
     seen, counts, found = set(), {}, {}
 
-    def arguments(frame, code):
+    def arguments(frame, code, module, qualname):
         if code not in found:
-            found[code] = _defaults(frame.f_globals.get("__name__", ""), code)
+            found[code] = _defaults(module, code, qualname)
         defaults, kwdefaults = found[code]
         names, values = code.co_varnames, frame.f_locals
         positional = code.co_argcount
@@ -684,15 +741,21 @@ def _recording(sources, targets, tests, calls, limit=40):
         args += varargs
         if code.co_flags & 0x08:  # **kwargs
             kwargs.update(values[names[keyword + bool(code.co_flags & 0x04)]])
-        return json.dumps([_encode(args), _encode(kwargs)])
+        if "." not in qualname:
+            return json.dumps([_encode(args), _encode(kwargs)])
+        receiver = _receiver(args[0], module, qualname)
+        return json.dumps([["list", [receiver, *_encode(args[1:])[1]]], _encode(kwargs)])
 
     def profile(frame, event, arg):
         if event != "call":
             return
         code = frame.f_code
         path, qualname = code.co_filename, code.co_qualname
-        if path not in sources or "." in qualname or "<" in qualname:
+        if path not in sources or "<" in qualname or qualname.count(".") > 1:
             return
+        if "." in qualname and (qualname.rsplit(".", 1)[1].startswith("__")
+                                or not code.co_argcount):
+            return  # special methods (a constructor included) are not called as checks
         caller = frame.f_back
         direct = caller is not None and caller.f_code.co_filename in tests
         if not direct and (path, qualname) not in targets:
@@ -705,8 +768,9 @@ def _recording(sources, targets, tests, calls, limit=40):
         if counts.get(key, 0) >= limit:
             return
         try:
-            text = arguments(frame, code)
-        except (KeyError, ValueError, TypeError, RecursionError, IndexError):
+            text = arguments(frame, code, module, qualname)
+        except (KeyError, ValueError, TypeError, RecursionError, IndexError,
+                AttributeError):
             return
         if (key, text) not in seen:
             seen.add((key, text))
@@ -716,11 +780,13 @@ def _recording(sources, targets, tests, calls, limit=40):
     return profile
 
 
-def _defaults(module, code):
-    """(positional defaults, keyword-only defaults) of the module-level function of
+def _defaults(module, code, qualname):
+    """(positional defaults, keyword-only defaults) of the function or method `qualname` of
     `module` whose code is `code` (through ``__wrapped__`` for decorated functions)."""
     try:
-        function = getattr(sys.modules[module], code.co_name)
+        function = sys.modules[module]
+        for part in qualname.split("."):
+            function = getattr(function, part)
         for _ in range(8):
             if getattr(function, "__code__", None) is code:
                 return function.__defaults__ or (), function.__kwdefaults__ or {}
@@ -932,13 +998,17 @@ def _run_checks(items, report, repeat, seconds=2.0, budget=30.0):
             break
         if (module, qualname) not in targets:
             try:
-                targets[module, qualname] = (_target(module, qualname), None)
+                owner = _target(module, qualname.rsplit(".", 1)[0]) if "." in qualname \
+                    else None
+                if owner is not None and type(owner) is not type:
+                    raise TypeError("a method's owner is not a plain class")
+                targets[module, qualname] = (_target(module, qualname), owner, None)
             except BaseException as exc:  # noqa: BLE001 - a missing target is an outcome
-                targets[module, qualname] = (None, ["raise", type(exc).__name__])
-        function, missing = targets[module, qualname]
+                targets[module, qualname] = (None, None, ["raise", type(exc).__name__])
+        function, owner, missing = targets[module, qualname]
         call = json.loads(text)
-        outcomes = [_outcome(function, call, seconds) if function is not None else missing
-                    for _ in range(repeat)]
+        outcomes = [_outcome(function, call, seconds, owner) if function is not None
+                    else missing for _ in range(repeat)]
         if all(o == outcomes[0] for o in outcomes):
             report(f"HC {index} {json.dumps(outcomes[0])}")
 

@@ -309,12 +309,37 @@ class HiddenCheck:
     """The call was made by a test (else: a call of a changed function from the package)."""
 
 
-CHECKS_HASH_SEED = str(secrets.randbelow(2 ** 32 - 1) + 1)
-"""The hash seed of the hidden checks' process, drawn in each trainer process (the gold
-outcomes and every scored run's checks in that process share it). pytest runs with seed 0,
-as when the task was made, so a change that keys on ``hash`` or on set order to tell a
-scored run from real use (where the seed is random) meets a seed it cannot know in the
+CHECK_PROCESSES = 3
+"""Processes that run a scored run's hidden checks, one after another, each with its own
+hash seed and its own address layout. A check counts only where all of them give the gold
+output; where they disagree, the change's outputs depend on the process (an address, a set's
+order), a coin that could be tossed until one scored run came out right, and the run scores
+as tampering (the gold tree's checks are kept only where they agree)."""
+CHECKS_HASH_SEEDS = tuple(str(seed) for seed in secrets.SystemRandom().sample(
+    range(1, 2 ** 32), CHECK_PROCESSES))
+"""The hash seeds of the hidden checks' processes, drawn in each trainer process (the gold
+outcomes and every scored run's checks in that process share them). pytest runs with seed
+0, as when the task was made, so a change that keys on ``hash`` or on set order to tell a
+scored run from real use (where the seed is random) meets seeds it cannot know in the
 checks."""
+UNSTABLE = '["unstable"]'
+"""A check's outcome where the processes of `CHECK_PROCESSES` disagree."""
+
+
+_TIMEOUT = '["timeout"]'
+
+
+def _agreed(outcomes: list[str | None]) -> str | None:
+    """One check's outcome from the processes' `outcomes` (None: not reported): `UNSTABLE`
+    where two reported answers differ; else a timeout or a missing report where there is
+    one (a loaded machine can stop one process, which fails the check but is no coin);
+    else the answer they share."""
+    answers = {o for o in outcomes if o is not None and o != _TIMEOUT}
+    if len(answers) > 1:
+        return UNSTABLE
+    if None in outcomes:
+        return None
+    return _TIMEOUT if _TIMEOUT in outcomes else answers.pop()
 
 
 def new_salt() -> str:
@@ -325,10 +350,17 @@ def new_salt() -> str:
 
 def check_targets(pristine: dict[str, bytes], gold: dict[str, bytes | None],
                   roots: list[str]) -> list[tuple[str, str, str]]:
-    """(file, module, name) of each module-level function the gold patch changes."""
+    """(file, module, qualified name) of each module-level function and each method of a
+    module-level class that the gold patch changes."""
     def functions(data: bytes) -> dict[str, str]:
-        return {n.name: ast.dump(n) for n in ast.parse(data).body
-                if isinstance(n, ast.FunctionDef)}
+        out = {}
+        for node in ast.parse(data).body:
+            if isinstance(node, ast.FunctionDef):
+                out[node.name] = ast.dump(node)
+            elif isinstance(node, ast.ClassDef):
+                out.update({f"{node.name}.{n.name}": ast.dump(n) for n in node.body
+                            if isinstance(n, ast.FunctionDef)})
+        return out
 
     out = []
     for rel, data in sorted(gold.items()):
@@ -456,6 +488,12 @@ class Verifier:
                                  what)
         else:
             result = self._with_reference(self._run(changed, limits, checks=checks), limits)
+            unstable = [i + 1 for i, o in sorted(result.check_outcomes.items())
+                        if o == UNSTABLE]
+            if result.status == "ok" and unstable:
+                result = _tampered(f"hidden check {unstable[0]} gave different outputs in "
+                                   "processes that differ only in hash seed and address "
+                                   "layout (the gold tree gives one)", result.run)
         result.hidden = {f"hidden check {i + 1}": "PASSED" if result.status == "ok" and
                          same_outcome(result.check_outcomes.get(i, ""), check.expected)
                          else "FAILED" for i, check in enumerate(checks)}
@@ -601,7 +639,7 @@ class Verifier:
         return out
 
     def _spawn(self, copy: Path, changed: list[str], limits: SandboxLimits, spec: dict,
-               items: list | None = None) -> tuple[RunResult, str]:
+               items: list | None = None, hash_seed: str = "") -> tuple[RunResult, str]:
         """The trusted runner in the sandbox on `copy`, with `spec` added to its own; the
         run and its nonce. `items` (hidden checks' inputs) go through the nonce pipe, not
         argv: `_MAX_CANDIDATES` of `_MAX_CALL_CHARS` fit its 64 KiB buffer, so writing them
@@ -619,8 +657,8 @@ class Verifier:
         argv = [self.python, "-s", "-B", "-c", _RUNNER.read_text(), json.dumps(spec)]
         try:
             env = _runner_env(copy, self.task)
-            if spec.get("mode") == "checks":
-                env["PYTHONHASHSEED"] = CHECKS_HASH_SEED
+            if hash_seed:
+                env["PYTHONHASHSEED"] = hash_seed
             run = run_sandboxed(argv, copy, env=env, limits=limits,
                                 pass_fds=(report_w, nonce_r), drain=report_r,
                                 readonly_suffixes=(".py",))
@@ -644,12 +682,20 @@ class Verifier:
 
     def _check_process(self, copy: Path, changed: list[str], limits: SandboxLimits,
                        items: list, repeat: int) -> dict[int, str] | None:
-        """The outcomes of the hidden checks `items`, from a process that runs nothing
-        else (its output is never shown; a stopped process fails what it did not report);
-        None when it shows tampering."""
-        run, nonce = self._spawn(copy, changed, limits, {"mode": "checks", "repeat": repeat},
-                                 items)
-        return parse_checks(run, nonce, len(items))
+        """The outcomes of the hidden checks `items`, from `CHECK_PROCESSES` processes that
+        run nothing else (their output is never shown; a stopped process fails what it did
+        not report): a check's outcome where they all agree, `UNSTABLE` where they do not;
+        None when one shows tampering."""
+        found = []
+        for seed in CHECKS_HASH_SEEDS:
+            run, nonce = self._spawn(copy, changed, limits,
+                                     {"mode": "checks", "repeat": repeat}, items, seed)
+            outcomes = parse_checks(run, nonce, len(items))
+            if outcomes is None:
+                return None
+            found.append(outcomes)
+        return {i: outcome for i in sorted(set().union(*found))
+                if (outcome := _agreed([o.get(i) for o in found])) is not None}
 
 
 _REFERENCES: dict[str, dict[str, str]] = {}
