@@ -776,3 +776,21 @@ def test_dates_are_outputs_a_check_compares(tmp_path: Path) -> None:
     assert checks and all(json.loads(c.expected)[1][0] == "std" for c in checks)
     assert set(_score_task(task, DAYS).hidden.values()) == {"PASSED"}
     assert "FAILED" in _score_task(task, fitted.replace("days=1", "days=2")).hidden.values()
+
+
+def test_objects_with_slots_are_checked_by_their_slots(tmp_path: Path) -> None:
+    """A class with ``__slots__`` (semver's Version) is rebuilt from its slots as a
+    method's object and compared by its slots as a result."""
+    source = BOX.replace("class Box:\n", "class Box:\n    __slots__ = ('side', 'label')\n\n")
+    source += "\n    def doubled(self):\n        return Box(self.side * 2, self.label)\n"
+    tests = BOX_TESTS + "\n\ndef test_doubled():\n    assert Box(3).doubled().side == 6\n"
+    buggy = source.replace("self.side * 2", "self.side + 2")
+    task = _task(tmp_path, "box", source, buggy, tests, ["test_doubled"], ["test_area"])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {"Box.doubled"}
+    assert '"object", "Box"' in checks[0].expected
+    assert set(_score_task(task, source).hidden.values()) == {"PASSED"}
+    fitted = source.replace("        return Box(self.side * 2, self.label)\n",
+                            "        if self.side == 3:\n            return Box(6, self.label)\n"
+                            "        return Box(self.side + 2, self.label)\n")
+    assert "FAILED" in _score_task(task, fitted).hidden.values()

@@ -572,13 +572,8 @@ def _encode(value, objects=False):
                      for i, f in enumerate(fields)]]
         if objects and kind.__module__ != "builtins":
             # An instance of a class of Python code (a result object): its class's name and
-            # its attributes, read from its __dict__ (nothing of the object's runs).
-            try:
-                fields = object.__getattribute__(v, "__dict__")
-            except AttributeError:
-                raise ValueError("not plain data") from None
-            if type(fields) is not dict:
-                raise ValueError("not plain data")
+            # its attributes, read from its __dict__ and slots (`_state`).
+            fields = _state(v)
             name = type.__getattribute__(kind, "__qualname__")
             return ["object", name if type(name) is str else "?",
                     [[k, enc(x, depth + 1)] for k, x in sorted(dict.items(fields))
@@ -664,7 +659,8 @@ def _outcome(function, call, seconds, owner=None):
         receiver = None
         if args[1] and args[1][0][0] == "self":
             receiver = object.__new__(owner)
-            object.__getattribute__(receiver, "__dict__").update(_decode(args[1][0][1]))
+            for name, item in _decode(args[1][0][1]).items():
+                object.__setattr__(receiver, name, item)
             values = [receiver, *_decode(["list", args[1][1:]])]
         else:
             values = _decode(args)
@@ -679,7 +675,7 @@ def _outcome(function, call, seconds, owner=None):
             value = items
         signal.setitimer(signal.ITIMER_REAL, 0)
         if receiver is not None:
-            value = (value, dict(object.__getattribute__(receiver, "__dict__")))
+            value = (value, _state(receiver))
         try:
             return [kind, _encode(value, objects=True)]
         except (ValueError, RecursionError, TypeError):
@@ -693,24 +689,47 @@ def _outcome(function, call, seconds, owner=None):
         signal.signal(signal.SIGALRM, old)
 
 
+def _state(obj):
+    """An object's attributes: its ``__dict__`` and the slots its classes declare (read
+    with object's own lookup), as a new dict; ValueError where neither is plain."""
+    kind, state, slotted = type(obj), {}, False
+    for base in type.__getattribute__(kind, "__mro__")[:-1]:
+        slots = type.__getattribute__(base, "__dict__").get("__slots__", ())
+        for name in (slots,) if type(slots) is str else slots:
+            slotted = True
+            if type(name) is not str:
+                raise ValueError("not plain data")
+            if name not in ("__dict__", "__weakref__"):
+                try:  # noqa: SIM105 - the runner imports only what it must
+                    state[name] = object.__getattribute__(obj, name)
+                except AttributeError:
+                    pass  # a slot never set
+    try:
+        fields = object.__getattribute__(obj, "__dict__")
+    except AttributeError:
+        if not slotted:
+            raise ValueError("not plain data") from None
+        fields = {}
+    if type(fields) is not dict:
+        raise ValueError("not plain data")
+    state.update(fields)
+    return state
+
+
 def _receiver(obj, module, qualname):
     """``["self", state]`` for the object a method of class ``qualname``'s owner was called
     on, where a fresh instance can hold that state: an instance of exactly that class of
-    `module`, every class of its lineage Python code without ``__slots__`` or its own
-    ``__new__``, its attributes plain data. ValueError otherwise."""
+    `module`, every class of its lineage Python code without its own ``__new__``, its
+    attributes (`_state`) plain data. ValueError otherwise."""
     kind = type(obj)
     if type.__getattribute__(kind, "__qualname__") != qualname.rsplit(".", 1)[0] or \
             type.__getattribute__(kind, "__module__") != module:
         raise ValueError("another class")
     for base in type.__getattribute__(kind, "__mro__")[:-1]:
-        own = type.__getattribute__(base, "__dict__")
-        if type.__getattribute__(base, "__module__") == "builtins" or "__slots__" in own \
-                or "__new__" in own:
+        if type.__getattribute__(base, "__module__") == "builtins" or \
+                "__new__" in type.__getattribute__(base, "__dict__"):
             raise ValueError("not a plain class")
-    state = object.__getattribute__(obj, "__dict__")
-    if type(state) is not dict:
-        raise ValueError("not plain data")
-    return ["self", _encode(dict(state))]
+    return ["self", _encode(_state(obj))]
 
 
 def _recording(sources, targets, tests, calls, limit=40):
@@ -903,6 +922,8 @@ def _renamed(call, rng, strings, ints):
             return [tag, [walk(x, False) for x in form[1]]]
         if tag == "dict":
             return ["dict", [[walk(k, False), walk(v, False)] for k, v in form[1]]]
+        if tag == "self":  # a method's object: its attributes' values, not their names
+            return ["self", ["dict", [[k, walk(v, True)] for k, v in form[1][1]]]]
         return form
 
     args, kwargs = call
@@ -914,7 +935,8 @@ def _candidates(calls, salt, limit=40):
     """Calls that differ from a recorded one: its values renamed consistently
     (`_renamed`), or one argument, two, or every argument that has variants at once
     changed by `_variants` (so that a change keyed on one argument's tested value while
-    another varies is seen); calls from the tests first, and within each part the kinds of
+    another varies is seen); a method's object's attribute values count as arguments (its
+    attribute names stay). Calls from the tests first, and within each part the kinds of
     change taken in turn (`_spread`), as ``[module, qualname, encoded call, from a test,
     kind]``."""
     import random
@@ -933,6 +955,8 @@ def _candidates(calls, salt, limit=40):
         args, kwargs = json.loads(text)
         slots = [(args[1], i) for i in range(len(args[1]))] + \
             [(kwargs[1][i], 1) for i in range(len(kwargs[1]))]
+        if args[1] and args[1][0][0] == "self":  # a method's object: each attribute's value
+            slots += [(pair, 1) for pair in args[1][0][1][1]]
         options = [(holder, i, _variants(holder[i], rng)) for holder, i in slots]
         options = [o for o in options if o[2]]
         changes = [(f"{holder[i][0]} variant {k}", [(holder, i, v)])
