@@ -564,7 +564,8 @@ class Verifier:
             return []
         items = [c[:3] for c in calls]
         golden = self._run(gold, limits, checks=items, repeat=2, tests=[])
-        buggy = self._run({}, limits, checks=items, tests=[])
+        # the buggy tree's outputs need only differ from the gold's: one process
+        buggy = self._run({}, limits, checks=items, tests=[], processes=1)
         if golden.status != "ok" or buggy.status != "ok":
             log.warning("%s: no hidden checks yet: a run of the checks was %s",
                         self.task.instance_id, golden.status if golden.status != "ok"
@@ -590,7 +591,8 @@ class Verifier:
 
     def _run(self, changed: dict[str, bytes | None], limits: SandboxLimits,
              tests: list[str] | None = None, record: dict | None = None,
-             checks: list | None = None, repeat: int = 1) -> VerifiedRun:
+             checks: list | None = None, repeat: int = 1,
+             processes: int = CHECK_PROCESSES) -> VerifiedRun:
         """pytest on a fresh copy with `changed` written (`tests`: these ids instead of the
         task's test files; []: no pytest run), then, with `checks` (HiddenCheck or
         [module, qualname, call]), a process of hidden checks on the same copy."""
@@ -613,7 +615,8 @@ class Verifier:
             if checks and result.status == "ok":
                 items = [[c.module, c.qualname, c.call] if isinstance(c, HiddenCheck) else c
                          for c in checks]
-                outcomes = self._check_process(copy, sorted(changed), limits, items, repeat)
+                outcomes = self._check_process(copy, sorted(changed), limits, items, repeat,
+                                               processes)
                 if outcomes is None:
                     return _tampered("the process of hidden checks reached the runner",
                                      result.run)
@@ -681,13 +684,14 @@ class Verifier:
         return parse_report(run, nonce)
 
     def _check_process(self, copy: Path, changed: list[str], limits: SandboxLimits,
-                       items: list, repeat: int) -> dict[int, str] | None:
-        """The outcomes of the hidden checks `items`, from `CHECK_PROCESSES` processes that
+                       items: list, repeat: int,
+                       processes: int = CHECK_PROCESSES) -> dict[int, str] | None:
+        """The outcomes of the hidden checks `items`, from `processes` processes that
         run nothing else (their output is never shown; a stopped process fails what it did
         not report): a check's outcome where they all agree, `UNSTABLE` where they do not;
         None when one shows tampering."""
         found = []
-        for seed in CHECKS_HASH_SEEDS:
+        for seed in CHECKS_HASH_SEEDS[:processes]:
             run, nonce = self._spawn(copy, changed, limits,
                                      {"mode": "checks", "repeat": repeat}, items, seed)
             outcomes = parse_checks(run, nonce, len(items))
