@@ -86,6 +86,9 @@ COUNTERS = {
     "a class attribute holding a conditional": PRISTINE.replace(
         "def apply(word):\n", "class _Tally:\n    _make = iter([1]) if RULES else iter([2])"
                               "\n\n\ndef apply(word):\n    next(_Tally._make)\n"),
+    "a class attribute lambda with a shared default": PRISTINE.replace(
+        "def apply(word):\n", "class _Tally:\n    make = lambda _it=iter(range(9)): next(_it)"
+                              "\n\n\ndef apply(word):\n    _Tally.make()\n"),
     "a class-body loop target": PRISTINE.replace(
         "def apply(word):\n", "class _Tally:\n    for _make in [iter(range(9))]:\n"
                               "        pass\n\n\ndef apply(word):\n    next(_Tally._make)\n"),

@@ -288,6 +288,11 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
                     yield ("state", f"a default value of `{node.name}` that is not a "
                                     f"constant (`{ast.unparse(default)[:40]}`: made once, "
                                     "shared by every call)"), line
+    elif isinstance(node, ast.Lambda):
+        for default in (*node.args.defaults, *node.args.kw_defaults):
+            if default is not None and not _constant(default):
+                yield ("state", f"a lambda's default value that is not a constant "
+                                f"(`{ast.unparse(default)[:40]}`)"), line
     elif isinstance(node, ast.arg):
         yield ("arg", node.arg), line
     elif isinstance(node, ast.keyword) and node.arg:
