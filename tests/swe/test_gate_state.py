@@ -89,6 +89,17 @@ COUNTERS = {
     "a class attribute lambda with a shared default": PRISTINE.replace(
         "def apply(word):\n", "class _Tally:\n    make = lambda _it=iter(range(9)): next(_it)"
                               "\n\n\ndef apply(word):\n    _Tally.make()\n"),
+    "a mutating method handed to map": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    for _ in map(RULES.append, [len]):\n        pass\n"),
+    "a mutating method bound to a name": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    grow = RULES.append\n    grow(len)\n"),
+    "a helper changing the list it is handed": PRISTINE.replace(
+        "def apply(word):\n", "def _seen(rules):\n    rules.append(len)\n    return len(rules)"
+                              "\n\n\ndef apply(word):\n    _seen(RULES)\n"),
+    "a class counter through cls": PRISTINE.replace(
+        "def apply(word):\n", "class _Tally:\n    count = 0\n\n    @classmethod\n"
+                              "    def tick(cls):\n        cls.count = cls.count + 1\n\n\n"
+                              "def apply(word):\n"),
     "a class-body loop target": PRISTINE.replace(
         "def apply(word):\n", "class _Tally:\n    for _make in [iter(range(9))]:\n"
                               "        pass\n\n\ndef apply(word):\n    next(_Tally._make)\n"),

@@ -45,8 +45,10 @@ the module's top level or in a class body by any statement (an assignment, a loo
 assignment expression, ``with``/``except ... as``), ``global``/``nonlocal``, a default
 value that is not a constant, a class attribute holding anything but a constant, an
 existing object or a function, or an in-place change, inside a function, of an
-object the call does not own (`_owned_names`: its parameters without defaults and the
-locals bound only to new objects are its own; an alias of a shared object is not). With a counter, code can be
+object the call does not own, directly or by handing a mutating method on (`_owned_names`:
+``self`` and the locals bound only to new objects are its own; a parameter, which a caller
+may fill with a module-level list, or an alias of a shared object is not). With a counter,
+code can be
 right for its first N calls (every test and every hidden check) and wrong afterwards, which
 no fixed set of calls tells from a fix; editing a statement that already does one of these
 stays allowed.
@@ -471,19 +473,20 @@ _FRESH = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp, 
 
 
 def _owned_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
-    """Names whose objects a call of `function` owns: its parameters without a default,
+    """Names whose objects a call of `function` owns: ``self``, ``*args`` and ``**kwargs``,
     and local names bound only to new objects (a display, a comprehension, a call, a
-    constant). Anything else may be shared state under another name: an alias
+    constant). Anything else may be shared state under another name: a parameter (a caller
+    can pass a module-level list: ``_seen(PLURALS)``, ``cls`` is the class), an alias
     (``rules = PLURALS``, ``s = X or None``, ``(s := X)``), a loop or comprehension target
-    over a shared container, a parameter whose default object outlives the call; names
-    declared ``global`` or ``nonlocal`` are not the call's own either."""
+    over a shared container; names declared ``global`` or ``nonlocal`` are not the call's
+    own either. A fix that changes a parameter in place in a new statement is refused
+    with them; editing a statement that already does stays allowed."""
     args = function.args
     positional = [*args.posonlyargs, *args.args]
-    with_default = {a.arg for a in positional[len(positional) - len(args.defaults):]}
-    with_default |= {a.arg for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None}
-    owned = {a.arg for a in (*positional, *args.kwonlyargs)} - with_default
+    parameters = {a.arg for a in (*positional, *args.kwonlyargs)}
+    owned = parameters & {"self"}
     owned.update(a.arg for a in (args.vararg, args.kwarg) if a is not None)
-    shared = set(with_default)
+    shared = parameters - owned
     for node in ast.walk(function):
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             shared.update(node.names)
@@ -559,8 +562,9 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
     holding anything but a constant, an existing object or a function (a container, a
     generator, a conditional); or, inside a function,
     a container changed in place (``_SEEN.append(x)``, ``Seen.items.append(x)``,
-    ``rules[:0] = ...``, ``obj.count += 1``) that the call does not own (`_owned_names`:
-    not a parameter or a local object of its own). With it, code can behave one way for its
+    ``rules[:0] = ...``, ``obj.count += 1``, a mutating method handed on as a value,
+    ``map(_SEEN.add, ...)``) that the call does not own (`_owned_names`: ``self`` or a
+    local object of its own). With it, code can behave one way for its
     first N calls and another afterwards, which no fixed set of calls tells from a fix; a
     bug fix does not need new state."""
     line = getattr(node, "lineno", 0)
@@ -580,13 +584,11 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
                 for name in sorted(_scope_bindings(node, header))]
         return out
     for sub in header:
-        receiver = None
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
-                and sub.func.attr in _MUTATORS:
-            receiver = sub.func.value
-        elif isinstance(sub, (ast.Subscript, ast.Attribute)) and \
-                not isinstance(sub.ctx, ast.Load):
-            receiver = sub.value
+        # a stored item or attribute; a mutating method called or handed on (`map(X.add, ...)`)
+        stored = isinstance(sub, (ast.Subscript, ast.Attribute)) and \
+            not isinstance(sub.ctx, ast.Load)
+        mutator = isinstance(sub, ast.Attribute) and sub.attr in _MUTATORS
+        receiver = sub.value if stored or mutator else None
         root = _root(receiver) if receiver is not None else None
         if root is not None and root not in owned:
             what = "module-level " if root in module_names else ""
