@@ -61,6 +61,20 @@ def test_eval_reports_interval(capsys):
     assert res["episodes"] == 2 and len(res["ci95"]) == 2
 
 
+def test_eval_takes_env_options_over_the_recipes(capsys):
+    """`--option` reaches the env: a valid value plays, one the env refuses is an env
+    error of the episode."""
+    args = ["eval", "--checkpoint", "tiny", "--env", "toy/letters-2", "--episodes", "1",
+            "--max-new-tokens", "2", "--max-turns", "2", "--json"]
+    errors = []
+    for value in (3, 0):
+        assert main([*args, "--option", f"vocabulary={value}"]) == 0
+        out, err = capsys.readouterr()
+        assert f"'vocabulary': {value}" in err
+        errors.append(json.loads(out.strip().splitlines()[-1])["env_errors"])
+    assert errors == [0, 1]
+
+
 def test_eval_imitation_scores_the_experts_turns(capsys):
     """`tripod eval --imitation`: the expert plays the games, the model is scored on its
     turns (teacher-forced), and nothing is played by the model."""

@@ -181,7 +181,8 @@ def eval_settings(args: argparse.Namespace):
                                else default_max_turns(args.env))
     rcfg = rollout_config(cfg, max_turns=turns,
                           batch_size=args.batch_size or cfg.eval_batch_size())
-    rcfg.env_options = env_options(cfg, args.env) if recipe is not None else {}
+    rcfg.env_options = {**(env_options(cfg, args.env) if recipe is not None else {}),
+                        **_env_options(getattr(args, "option", []))}
     source = f"recipe saved with {args.checkpoint}" if recipe else "tripod defaults (no recipe)"
     print(f"evaluating with {source}: temperature {sampling.temperature}, max_new_tokens "
           f"{sampling.max_new_tokens}, max_turns {turns}, history_window "
@@ -223,7 +224,8 @@ def _imitation(args: argparse.Namespace) -> int:
     cfg = recipe or TrainConfig()
     record = collect() if args.json else None
     policy = load_policy(args.checkpoint)
-    options = {**env_options(cfg, args.env), **cfg.sft.env_options}
+    options = {**env_options(cfg, args.env), **cfg.sft.env_options,
+               **_env_options(args.option)}
     demos = expert_demonstrations(policy, cfg, args.env, args.split, args.episodes,
                                   max_turns=args.max_turns, options=options)
     acc = action_accuracy(policy, demos, cfg.rollout.restrict_actions)
@@ -329,6 +331,9 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--batch-size", type=int, default=None,
                     help="episodes at once; default: the checkpoint recipe's eval.batch_size "
                          "(else its rollout.batch_size; 16 without a recipe)")
+    ev.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                    help="an env option over the recipe's (repeatable), e.g. --option "
+                         "held_out=function")
     ev.add_argument("--imitation", action="store_true",
                     help="instead of playing: teacher-forced next-action accuracy on the "
                     "expert's demonstrations of the games (the recipe's sft.env_options)")
