@@ -100,6 +100,21 @@ COUNTERS = {
         "def apply(word):\n", "class _Tally:\n    count = 0\n\n    @classmethod\n"
                               "    def tick(cls):\n        cls.count = cls.count + 1\n\n\n"
                               "def apply(word):\n"),
+    # the third audit: a shared object reached through an owned container, a call's
+    # result, a display or a lambda, a project function that grows module-level state, and
+    # an attribute of a function object
+    "an item of an owned tuple": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    box = (RULES,)\n    box[0].append(len)\n"),
+    "a call's result": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    box = next(iter((RULES,)))\n    box.append(len)\n"),
+    "a chain from a display": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    (RULES,)[0].append(len)\n"),
+    "a chain from a lambda": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    (lambda: RULES)().append(len)\n"),
+    "a project function that grows module state": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    register(len)\n"),
+    "an attribute of a function object": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    me = (register,)\n    me[0].calls = 1\n"),
     "a class-body loop target": PRISTINE.replace(
         "def apply(word):\n", "class _Tally:\n    for _make in [iter(range(9))]:\n"
                               "        pass\n\n\ndef apply(word):\n    next(_Tally._make)\n"),

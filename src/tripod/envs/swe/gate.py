@@ -403,6 +403,7 @@ def _units(tree: ast.AST) -> list[_Unit]:
     """Every statement of the module, in source order."""
     out: list[_Unit] = []
     module_names = _module_bindings(tree)
+    stateful = _stateful_functions(tree, module_names)
 
     def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None,
               owned: frozenset[str] | None = None, in_class: bool = False) -> None:
@@ -416,7 +417,8 @@ def _units(tree: ast.AST) -> list[_Unit]:
             feats = [((role, f"{'.'.join(scope) or '<module>'}: {value}"), line)
                      if role == "reflect" else ((role, value), line)
                      for n in nodes for (role, value), line in _features(n, parents)]
-            feats += _state_features(node, nodes, scope, module_names, owned, in_class)
+            feats += _state_features(node, nodes, scope, module_names, owned, in_class,
+                                     stateful)
             inner, mine, inner_owned, inner_class = scope, special, owned, in_class
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = (*scope, node.name)
@@ -467,15 +469,21 @@ def _constant(node: ast.AST) -> bool:
     return isinstance(node, ast.Tuple) and all(_constant(e) for e in node.elts)
 
 
-_FRESH = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp, ast.Call,
+_CONSTRUCTORS = frozenset({"list", "dict", "set", "tuple", "frozenset", "bytearray", "sorted",
+                           "str", "bytes", "int", "float"})
+"""Calls whose result is a new object: a call of anything else may return a shared one
+(``next(iter((PLURALS,)))``)."""
+_FRESH = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp,
           ast.Constant, ast.JoinedStr, ast.BinOp, ast.Tuple)
 """Values that are a new object (or an immutable one) each time they run."""
 
 
 def _owned_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[str]:
     """Names whose objects a call of `function` owns: ``self``, ``*args`` and ``**kwargs``,
-    and local names bound only to new objects (a display, a comprehension, a call, a
-    constant). Anything else may be shared state under another name: a parameter (a caller
+    and local names bound only to new objects (a display, a comprehension, a constructor
+    call of `_CONSTRUCTORS`, a constant; what a call of anything else returns may be
+    shared). Only the owned object itself is the call's: an item or attribute of it may be
+    shared (``box = (PLURALS,); box[0].append(x)``). Anything else may be shared state under another name: a parameter (a caller
     can pass a module-level list: ``_seen(PLURALS)``, ``cls`` is the class), an alias
     (``rules = PLURALS``, ``s = X or None``, ``(s := X)``), a loop or comprehension target
     over a shared container; names declared ``global`` or ``nonlocal`` are not the call's
@@ -493,7 +501,9 @@ def _owned_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[
         value = getattr(node, "value", None)
         if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
-            fresh = isinstance(value, _FRESH)
+            fresh = isinstance(value, _FRESH) or (
+                isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
+                and value.func.id in _CONSTRUCTORS)
             for target in targets:
                 (owned if fresh else shared).update(_bound(target))
         elif isinstance(node, (ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension)):
@@ -553,9 +563,27 @@ def _scope_bindings(node: ast.AST, header: list[ast.AST]) -> set[str]:
     return names
 
 
+def _stateful_functions(tree: ast.AST, module_names: frozenset[str]) -> frozenset[str]:
+    """The module's top-level functions that change its module-level state themselves: a
+    ``global`` statement, or a store into or a mutating method of a module-level name
+    (inflection's ``_irregular`` inserts into ``PLURALS``). A new call of one is a
+    counter's way to grow shared state without naming it."""
+    out = set()
+    for fn in tree.body if isinstance(tree, ast.Module) else []:
+        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        for sub in ast.walk(fn):
+            changes = isinstance(sub, (ast.Subscript, ast.Attribute)) and (
+                not isinstance(sub.ctx, ast.Load) or getattr(sub, "attr", "") in _MUTATORS)
+            if isinstance(sub, ast.Global) or (changes and _root(sub.value) in module_names):
+                out.add(fn.name)
+    return frozenset(out)
+
+
 def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...],
                     module_names: frozenset[str], owned: frozenset[str] | None,
-                    in_class: bool) -> list[tuple[Feature, int]]:
+                    in_class: bool, stateful: frozenset[str] = frozenset()
+                    ) -> list[tuple[Feature, int]]:
     """State that outlives a call, which a statement creates or changes: a name bound at
     the module's top level or in a class body by any statement (an assignment, a loop, an
     assignment expression, ``with``/``except ... as``, ``match``); a class attribute
@@ -589,8 +617,19 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
             not isinstance(sub.ctx, ast.Load)
         mutator = isinstance(sub, ast.Attribute) and sub.attr in _MUTATORS
         receiver = sub.value if stored or mutator else None
-        root = _root(receiver) if receiver is not None else None
-        if root is not None and root not in owned:
+        if receiver is None:
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) \
+                    and sub.func.id in stateful:
+                out.append((("state", f"calls `{sub.func.id}`, which changes module-level "
+                                      "state"), getattr(sub, "lineno", line)))
+            continue
+        root = _root(receiver)
+        # the call's own: an owned name itself (`s.append`), or anything of `self`'s; not
+        # an item or attribute of an owned name (`box[0].append`: the item may be shared),
+        # nor a chain from a display or a call (`(X,)[0].append`)
+        own = root == "self" or (isinstance(receiver, ast.Name) and receiver.id in owned)
+        if not own:
+            root = root or ast.unparse(receiver)[:40]
             what = "module-level " if root in module_names else ""
             out.append((("state", f"changes the {what}`{root}` in place, which the call "
                                   "does not own"), getattr(sub, "lineno", line)))
