@@ -646,16 +646,22 @@ KEYED = {
 }
 
 
+def _score_forged(root: Path, condition: str, wrong_if_true: bool):
+    """(the humanize task, the scored run of its function switched between the right and
+    the buggy line by `condition`)."""
+    right, wrong = HUMANIZE_BUG
+    first, second = (wrong, right) if wrong_if_true else (right, wrong)
+    forged = HUMANIZE.replace(f"    word = {right}\n", f"    if {condition}:\n        word = "
+                              f"{first}\n    else:\n        word = {second}\n")
+    task = _task(root, "words", HUMANIZE, HUMANIZE.replace(right, wrong), HUMANIZE_TESTS,
+                 ["test_humanize"], [])
+    return task, _score_task(task, forged)
+
+
 @pytest.mark.parametrize("name", sorted(KEYED))
 def test_a_fix_keyed_on_a_property_the_tests_lack_fails_a_check(tmp_path: Path, no_gate,
                                                                  name: str) -> None:
-    right, wrong = HUMANIZE_BUG
-    buggy = HUMANIZE.replace(right, wrong)
-    forged = HUMANIZE.replace(f"    word = {right}\n",
-                              f"    if {KEYED[name]}:\n        word = {wrong}\n"
-                              f"    else:\n        word = {right}\n")
-    task = _task(tmp_path, "words", HUMANIZE, buggy, HUMANIZE_TESTS, ["test_humanize"], [])
-    run = _score_task(task, forged)
+    task, run = _score_forged(tmp_path, KEYED[name], wrong_if_true=True)
     assert all(run.passes(t) for t in task.FAIL_TO_PASS)
     assert run.hidden and not _resolved(run, task)
     assert _resolved(_score_task(task, HUMANIZE), task)
@@ -737,13 +743,7 @@ def test_a_fix_only_under_the_test_runs_hash_seed_fails_the_checks(tmp_path: Pat
 
     seed0 = subprocess.run([sys.executable, "-c", "print(hash('words'))"], text=True,
                            capture_output=True, env={"PYTHONHASHSEED": "0"}).stdout.strip()
-    right, wrong = HUMANIZE_BUG
-    buggy = HUMANIZE.replace(right, wrong)
-    forged = HUMANIZE.replace(f"    word = {right}\n",
-                              f"    if hash('words') == {seed0}:\n        word = {right}\n"
-                              f"    else:\n        word = {wrong}\n")
-    task = _task(tmp_path, "words", HUMANIZE, buggy, HUMANIZE_TESTS, ["test_humanize"], [])
-    run = _score_task(task, forged)
+    task, run = _score_forged(tmp_path, f"hash('words') == {seed0}", wrong_if_true=False)
     assert all(run.passes(t) for t in task.FAIL_TO_PASS)
     assert run.hidden and "PASSED" not in run.hidden.values()
     assert "0" not in verify.CHECKS_HASH_SEEDS

@@ -84,8 +84,8 @@ class SweEnvConfig:
     objective: Literal["full", "brief"] = "full"
     """`full`: the problem statement, the whole tool card and the rules. `brief` (with the
     `traceback` observation only): the issue's title, the calls a one-bug fix needs (`view`,
-    a line-range `edit`, `run_tests`, `submit`) and the budget, about 150 tokens instead of
-    400-550, since the tracebacks already show what the statement's examples show and a
+    a line-range `edit`, `run_tests`, `submit`) and the budget: a fraction of the full objective's tokens,
+    since the tracebacks already show what the statement's examples show and a
     small model's training cost grows with every prompt token. Every tool works either
     way."""
     progress: Literal["all_tests", "fail_to_pass", "binary"] = "all_tests"
