@@ -147,6 +147,74 @@ CLASSY = '''class Box:
 '''
 
 
+SHARED_CLASS = '''RULES = []
+
+
+class Box:
+    defaults = []
+
+    def __init__(self, rules):
+        self.items = []
+        self.given = rules
+        self.grown = []
+
+    def put(self, item):
+        self.grown.append(item)
+        return item
+'''
+
+# An object every call shares, reached through the instance: the instance owns only what
+# its methods make as new objects.
+SELF_COUNTERS = {
+    "a module-level list stored on self": SHARED_CLASS.replace(
+        "        self.items = []\n", "        self.items = RULES\n"),
+    "a module-level list stored on self in a new method": SHARED_CLASS.replace(
+        "        return item\n", "        self.rules = RULES\n        self.rules.append(1)\n"
+                                "        return item\n"),
+    "a local alias stored on self": SHARED_CLASS.replace(
+        "        return item\n", "        r = RULES\n        self.grown = r\n"
+                                "        return item\n"),
+    "a loop target stored on self": SHARED_CLASS.replace(
+        "        return item\n", "        for r in (RULES,):\n            self.grown = r\n"
+                                "        return item\n"),
+    "a module-level list put into an owned list": SHARED_CLASS.replace(
+        "        return item\n", "        self.grown.append(RULES)\n        return item\n"),
+    "a class attribute aliasing a module-level list": SHARED_CLASS.replace(
+        "    defaults = []\n", "    defaults = []\n    rules = RULES\n"),
+    "a class attribute changed through self": SHARED_CLASS.replace(
+        "        return item\n", "        self.defaults.append(item)\n        return item\n"),
+    "an object the instance was handed, changed through self": SHARED_CLASS.replace(
+        "        return item\n", "        self.given.append(item)\n        return item\n"),
+    "the class's attribute through type()": SHARED_CLASS.replace(
+        "        return item\n", "        self.grown = type(self).defaults\n"
+                                "        return item\n"),
+    "a class's attribute by name": SHARED_CLASS.replace(
+        "        return item\n", "        self.grown = Box.defaults\n        return item\n"),
+    "a shared object stored into a dict item": SHARED_CLASS.replace(
+        "        return item\n", "        d = {}\n        d[0] = RULES\n        return item\n"),
+}
+SELF_ALLOWED = {
+    "the instance's own list": SHARED_CLASS.replace(
+        "        return item\n", "        self.items.append(item)\n        return item\n"),
+    "a copy of a module-level list": SHARED_CLASS.replace(
+        "        return item\n", "        self.items = list(RULES)\n        return item\n"),
+    "a count on the instance": SHARED_CLASS.replace(
+        "        return item\n", "        self.size = len(RULES) + 1\n        return item\n"),
+    "an existing store edited": SHARED_CLASS.replace(
+        "        self.given = rules\n", "        self.given = rules or None\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SELF_COUNTERS))
+def test_shared_state_reached_through_the_instance_is_refused(name: str) -> None:
+    assert "state" in _rules(SELF_COUNTERS[name], SHARED_CLASS), name
+
+
+@pytest.mark.parametrize("name", sorted(SELF_ALLOWED))
+def test_the_instances_own_state_stays_allowed(name: str) -> None:
+    assert "state" not in _rules(SELF_ALLOWED[name], SHARED_CLASS), name
+
+
 def test_measuring_the_stack_is_refused() -> None:
     """Catching RecursionError measures how much room a call has, which told the checks'
     process from pytest."""

@@ -404,9 +404,12 @@ def _units(tree: ast.AST) -> list[_Unit]:
     out: list[_Unit] = []
     module_names = _module_bindings(tree)
     stateful = _stateful_functions(tree, module_names)
+    module_shared = _shared_names(tree)
 
     def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None,
-              owned: frozenset[str] | None = None, in_class: bool = False) -> None:
+              owned: frozenset[str] | None = None, in_class: bool = False,
+              shared: frozenset[str] = module_shared,
+              self_fresh: frozenset[str] | None = None) -> None:
         for node in nodes:
             bare = copy.copy(node)
             for name in _BLOCKS:
@@ -418,12 +421,17 @@ def _units(tree: ast.AST) -> list[_Unit]:
                      if role == "reflect" else ((role, value), line)
                      for n in nodes for (role, value), line in _features(n, parents)]
             feats += _state_features(node, nodes, scope, module_names, owned, in_class,
-                                     stateful)
+                                     stateful, shared, self_fresh)
             inner, mine, inner_owned, inner_class = scope, special, owned, in_class
+            inner_shared, inner_fresh = shared, self_fresh
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = (*scope, node.name)
                 inner_class = isinstance(node, ast.ClassDef)
                 inner_owned = None if inner_class else _owned_names(node)
+                if inner_class:
+                    inner_shared, inner_fresh = module_shared, _fresh_self_attrs(node)
+                else:
+                    inner_shared = _tainted(node, shared)
                 if mine is None and _special(node.name):
                     mine = ".".join(inner)
             if mine is None:  # a dunder bound by assignment, e.g. in a class body
@@ -435,7 +443,7 @@ def _units(tree: ast.AST) -> list[_Unit]:
                 value = getattr(node, name, None)
                 if isinstance(value, list):
                     visit((v for v in value if isinstance(v, ast.AST)), inner, mine,
-                          inner_owned, inner_class)
+                          inner_owned, inner_class, inner_shared, inner_fresh)
 
     visit(tree.body if isinstance(tree, ast.Module) else [tree], (), None)
     return out
@@ -458,6 +466,130 @@ def _module_bindings(tree: ast.AST) -> frozenset[str]:
             for target in targets:
                 names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
     return frozenset(names)
+
+
+def _shared_names(tree: ast.AST) -> frozenset[str]:
+    """Module-level names of objects every call shares: bound to something other than a
+    constant or a function (inflection's ``PLURALS`` list), a class (its attributes), or
+    imported (another module's tables)."""
+    names = set()
+    for node in tree.body if isinstance(tree, ast.Module) else []:
+        if isinstance(node, ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.AugAssign) or isinstance(node, (ast.Assign, ast.AnnAssign)) \
+                and not (node.value is None or _constant(node.value)
+                         or isinstance(node.value, ast.Lambda)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+    return frozenset(names)
+
+
+def _handed_on(value: ast.AST | None, shared: frozenset[str],
+               self_fresh: frozenset[str] | None) -> str | None:
+    """What shared object (or part of one) storing `value` hands on, as text: a
+    module-level object (``PLURALS``, ``(PLURALS,)``, ``PLURALS[0]``, ``x or PLURALS``,
+    ``Rules.table``), a local alias of one (in `shared` too), an attribute of ``self`` the
+    instance does not own (a class attribute: ``self.defaults``; `self_fresh` None: not in
+    a method), or the class of an object (``type(self).table``). A copy by a constructor
+    (``list(PLURALS)``), a size (``len(PLURALS)``) or a call of a name (a class builds a new
+    object) hands on nothing."""
+    if value is None:
+        return None
+    skip: set[int] = set()
+    for node in ast.walk(value):
+        if isinstance(node, ast.Call):  # what a call returns is opaque here
+            func = node.func
+            while isinstance(func, (ast.Attribute, ast.Subscript)):
+                func = func.value
+            skip.add(id(func))
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in (*_CONSTRUCTORS, "len") and node.func.id != "tuple":
+            skip.update(id(a) for a in node.args if isinstance(a, ast.Name))
+    for node in ast.walk(value):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
+                and node.id in shared and id(node) not in skip:
+            return node.id
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) \
+                and node.value.id == "self" and self_fresh is not None \
+                and node.attr not in self_fresh:
+            return f"self.{node.attr}"
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Call) \
+                and isinstance(node.value.func, ast.Name) and node.value.func.id == "type":
+            return ast.unparse(node)[:40]
+    return None
+
+
+def _tainted(function: ast.AST, shared: frozenset[str]) -> frozenset[str]:
+    """`shared` and the local names of `function` bound (by any statement) to a value that
+    hands on one of them (``rules = PLURALS``; ``for r in (PLURALS,)``), to a fixpoint."""
+    names = set(shared)
+    while True:
+        grown = set(names)
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign, ast.NamedExpr)):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                source = node.value
+            elif isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+                targets, source = [node.target], node.iter
+            elif isinstance(node, ast.withitem) and node.optional_vars is not None:
+                targets, source = [node.optional_vars], node.context_expr
+            else:
+                continue
+            if _handed_on(source, frozenset(grown), None):
+                for target in targets:
+                    grown |= _bound(target)
+        if grown == names:
+            return frozenset(names)
+        names = grown
+
+
+def _fresh_self_attrs(cls: ast.ClassDef) -> frozenset[str]:
+    """Attributes each instance of `cls` owns: stored on ``self`` only as new objects (a
+    display, a comprehension, a constructor call, a constant) and not bound in the class
+    body. Any other ``self.X`` may be shared: a class attribute that every instance sees,
+    or an object the instance was handed (``self.rules = PLURALS``)."""
+    fresh: set[str] = set()
+    shared = {n for stmt in cls.body for n in _class_body_names(stmt)}
+    for node in ast.walk(cls):
+        if not isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            continue
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+        value = node.value
+        new = isinstance(node, ast.AugAssign) and _constant(value) or \
+            isinstance(value, _FRESH) and not isinstance(value, ast.Tuple) or \
+            isinstance(value, ast.Call) and isinstance(value.func, ast.Name) \
+            and value.func.id in _CONSTRUCTORS and value.func.id != "tuple"
+        for target in targets:
+            for sub in ast.walk(target):
+                if isinstance(sub, ast.Attribute) and isinstance(sub.value, ast.Name) \
+                        and sub.value.id == "self" and not isinstance(sub.ctx, ast.Load):
+                    (fresh if new and sub is target else shared).add(sub.attr)
+    return frozenset(fresh - shared)
+
+
+def _class_body_names(stmt: ast.AST) -> set[str]:
+    """Names a statement of a class body binds (class attributes and methods)."""
+    if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {stmt.name}
+    if isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        return {n for t in targets for n in _bound(t)}
+    return _scope_bindings(stmt, [])
+
+
+def _self_attr(node: ast.AST) -> str | None:
+    """The first attribute of a chain rooted at ``self`` (``items`` of
+    ``self.items[0].x``)."""
+    while isinstance(node, (ast.Attribute, ast.Subscript, ast.Call, ast.NamedExpr)):
+        inner = node.func if isinstance(node, ast.Call) else node.value
+        if isinstance(node, ast.Attribute) and isinstance(inner, ast.Name) \
+                and inner.id == "self":
+            return node.attr
+        node = inner
+    return None
 
 
 def _constant(node: ast.AST) -> bool:
@@ -582,7 +714,9 @@ def _stateful_functions(tree: ast.AST, module_names: frozenset[str]) -> frozense
 
 def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...],
                     module_names: frozenset[str], owned: frozenset[str] | None,
-                    in_class: bool, stateful: frozenset[str] = frozenset()
+                    in_class: bool, stateful: frozenset[str] = frozenset(),
+                    shared: frozenset[str] = frozenset(),
+                    self_fresh: frozenset[str] | None = None
                     ) -> list[tuple[Feature, int]]:
     """State that outlives a call, which a statement creates or changes: a name bound at
     the module's top level or in a class body by any statement (an assignment, a loop, an
@@ -592,7 +726,10 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
     a container changed in place (``_SEEN.append(x)``, ``Seen.items.append(x)``,
     ``rules[:0] = ...``, ``obj.count += 1``, a mutating method handed on as a value,
     ``map(_SEEN.add, ...)``) that the call does not own (`_owned_names`: ``self`` or a
-    local object of its own). With it, code can behave one way for its
+    local object of its own; of ``self``, only what the instance owns, `_fresh_self_attrs`);
+    a shared object stored in an object or a class body (``self.rules = PLURALS``, then
+    ``self.rules.append(x)`` in existing code; `shared`: the module's shared names and, in
+    a function, its local aliases of them). With it, code can behave one way for its
     first N calls and another afterwards, which no fixed set of calls tells from a fix; a
     bug fix does not need new state."""
     line = getattr(node, "lineno", 0)
@@ -606,12 +743,27 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
     if in_class and assigned and not _plain_value(getattr(node, "value", None)):
         out.append((("state", f"a class attribute of `{scope[-1]}` holding "
                               f"`{ast.unparse(node.value)[:40]}`"), line))
+    elif in_class and assigned and (what := _handed_on(node.value, shared, None)):
+        out.append((("state", f"a class attribute of `{scope[-1]}` holding the shared "
+                              f"`{what}`"), line))
     if owned is None:  # the module's or a class's own scope: its names outlive every call
         where = f"in class `{scope[-1]}`" if in_class else "at module level"
         out += [(("state", f"binds `{name}` {where}"), line)
                 for name in sorted(_scope_bindings(node, header))]
         return out
+    if assigned and any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in (
+            node.targets if isinstance(node, ast.Assign) else [node.target])) and \
+            (what := _handed_on(node.value, shared, self_fresh)):
+        out.append((("state", f"stores the shared `{what}` in an object, where a later "
+                              "call can change it in place"), line))
     for sub in header:
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
+                and sub.func.attr in _MUTATORS:
+            for arg in (*sub.args, *(k.value for k in sub.keywords)):
+                if what := _handed_on(arg, shared, self_fresh):
+                    out.append((("state", f"puts the shared `{what}` into a container, "
+                                          "where a later call can change it in place"),
+                                getattr(sub, "lineno", line)))
         # a stored item or attribute; a mutating method called or handed on (`map(X.add, ...)`)
         stored = isinstance(sub, (ast.Subscript, ast.Attribute)) and \
             not isinstance(sub.ctx, ast.Load)
@@ -624,10 +776,15 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
                                       "state"), getattr(sub, "lineno", line)))
             continue
         root = _root(receiver)
-        # the call's own: an owned name itself (`s.append`), or anything of `self`'s; not
-        # an item or attribute of an owned name (`box[0].append`: the item may be shared),
-        # nor a chain from a display or a call (`(X,)[0].append`)
-        own = root == "self" or (isinstance(receiver, ast.Name) and receiver.id in owned)
+        # the call's own: an owned name itself (`s.append`), the instance itself, or what
+        # the instance owns (`self.items`, made in a method as a new object); not an item
+        # or attribute of an owned name (`box[0].append`: the item may be shared), a chain
+        # from a display or a call (`(X,)[0].append`), or a class attribute or an object
+        # the instance was handed (`self.rules`, set to `PLURALS`)
+        own = isinstance(receiver, ast.Name) and receiver.id in owned or (
+            root == "self" and self_fresh is not None
+            and (_self_attr(receiver) in self_fresh
+                 or isinstance(receiver, ast.Name)))
         if not own:
             root = root or ast.unparse(receiver)[:40]
             what = "module-level " if root in module_names else ""
