@@ -115,6 +115,16 @@ COUNTERS = {
         "    out = []\n", "    out = []\n    register(len)\n"),
     "an attribute of a function object": PRISTINE.replace(
         "    out = []\n", "    out = []\n    me = (register,)\n    me[0].calls = 1\n"),
+    # the fourth audit: an augmented assignment changes a set or list in place
+    "`|=` on an alias of a module-level container": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    u = RULES\n    u |= {len}\n"),
+    "`+=` on an alias of a module-level list": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    u = RULES\n    u += ('x',)\n"),
+    "`*=` on a loop target over the shared list": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    for u in (RULES,):\n        u *= 1\n"),
+    "`+=` on a parameter": PRISTINE.replace(
+        "def apply(word):\n", "def _grow(acc):\n    acc += [1]\n    return len(acc)\n\n\n"
+                              "def apply(word):\n"),
     "a class-body loop target": PRISTINE.replace(
         "def apply(word):\n", "class _Tally:\n    for _make in [iter(range(9))]:\n"
                               "        pass\n\n\ndef apply(word):\n    next(_Tally._make)\n"),
@@ -133,6 +143,11 @@ ALLOWED = {
     "a class attribute naming a function": PRISTINE.replace(
         "def apply(word):\n", "class _Rules:\n    first = register\n    size = 3\n\n\n"
                               "def apply(word):\n"),
+    "a number added to a parameter": PRISTINE.replace(
+        "def apply(word):\n", "def _next(n):\n    n += 1\n    return n\n\n\n"
+                              "def apply(word):\n"),
+    "a sum kept in a local": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    total = len(word)\n    total += len(out)\n"),
     "constant defaults": PRISTINE.replace("def apply(word):\n",
                                           "def apply(word, n=-1, sep=(\"-\", 2)):\n"),
 }
@@ -194,15 +209,29 @@ SELF_COUNTERS = {
         "        return item\n", "        d = {}\n        d[0] = RULES\n        return item\n"),
 }
 SELF_ALLOWED = {
-    "the instance's own list": SHARED_CLASS.replace(
-        "        return item\n", "        self.items.append(item)\n        return item\n"),
+    "the instance's own list, filled while it is built": SHARED_CLASS.replace(
+        "        self.grown = []\n", "        self.grown = []\n        self.items.append(1)\n"),
     "a copy of a module-level list": SHARED_CLASS.replace(
-        "        return item\n", "        self.items = list(RULES)\n        return item\n"),
-    "a count on the instance": SHARED_CLASS.replace(
-        "        return item\n", "        self.size = len(RULES) + 1\n        return item\n"),
+        "        self.items = []\n", "        self.items = list(RULES)\n"),
+    "a count on the instance, while it is built": SHARED_CLASS.replace(
+        "        self.grown = []\n", "        self.grown = []\n        self.size = len(RULES)\n"),
     "an existing store edited": SHARED_CLASS.replace(
         "        self.given = rules\n", "        self.given = rules or None\n"),
+    "an existing change of the instance edited": SHARED_CLASS.replace(
+        "        self.grown.append(item)\n", "        self.grown.append(item or None)\n"),
 }
+# A method other than a constructor that changes its instance keeps state across calls on
+# a long-lived object (toolz's module-level `curry` objects).
+SELF_COUNTERS.update({
+    "a new attribute counted outside a constructor": SHARED_CLASS.replace(
+        "        return item\n", "        try:\n            self.count += 1\n"
+                                "        except AttributeError:\n            self.count = 1\n"
+                                "        return item\n"),
+    "the instance's own list grown outside a constructor": SHARED_CLASS.replace(
+        "        return item\n", "        self.items.append(item)\n        return item\n"),
+    "a copy stored outside a constructor": SHARED_CLASS.replace(
+        "        return item\n", "        self.items = list(RULES)\n        return item\n"),
+})
 
 
 @pytest.mark.parametrize("name", sorted(SELF_COUNTERS))
@@ -236,9 +265,9 @@ def test_memory_probes_are_refused() -> None:
 
 
 def test_an_objects_own_state_stays_allowed() -> None:
-    """`self` is the call's own: a method that fills its object's list is no counter."""
-    changed = CLASSY.replace("        return item\n",
-                             "        self.items.append(item)\n        return item\n")
+    """A constructor's `self` is the call's own: it fills a list of the new object."""
+    changed = CLASSY.replace("        self.items = []\n",
+                             "        self.items = []\n        self.items.append(0)\n")
     assert "state" not in _rules(changed, CLASSY)
 
 

@@ -133,6 +133,38 @@ _DENIED_ATTRS = _MODULES | frozenset({
     "environ", "environb", "getenv", "getenvb", "putenv", "unsetenv", "argv", "orig_argv",
 }) | _CLASS_FACTORIES
 """Attributes a change may not newly use, even where the pristine project uses them."""
+_ENVIRONMENT = frozenset({
+    # the clock
+    "today", "now", "utcnow", "time_ns", "monotonic", "monotonic_ns", "perf_counter",
+    "perf_counter_ns", "process_time", "thread_time", "localtime", "gmtime", "ctime",
+    "asctime",
+    # the working directory and the file system
+    "getcwd", "getcwdb", "cwd", "abspath", "realpath", "relpath", "expanduser", "expandvars",
+    "lexists", "isfile", "isdir", "islink", "ismount", "listdir", "scandir", "iglob",
+    "rglob", "iterdir", "getmtime", "getctime", "getatime", "samefile", "read_text",
+    "read_bytes",
+    # the process, the user, the machine
+    "getpid", "getppid", "getuid", "geteuid", "getgid", "getlogin", "gethostname", "uname",
+    "cpu_count", "getpass", "getuser",
+    # randomness
+    "randint", "randrange", "shuffle", "uniform", "getrandbits", "randbytes", "urandom",
+    "token_bytes", "token_hex", "uuid1", "uuid4", "SystemRandom",
+})
+"""Names and attributes that read the world rather than the call's inputs: the clock, the
+working directory and the file system, the process, randomness. A fix's result depends on
+its inputs; code that branches on the world can be right while it is scored (under a
+``score-`` directory, before a date) and wrong in real use. A changed statement may keep
+such a read from the statement it replaces, or make the one the gold fix makes."""
+_ENVIRONMENT_FS = frozenset({"exists", "stat", "lstat", "getsize", "resolve", "absolute",
+                             "walk", "glob", "home", "access"})
+"""File-system reads whose names are common words too: one on anything but ``self``
+(``Path("x").exists()``, ``p.resolve()``, an imported ``exists``)."""
+_ENVIRONMENT_MODULE = frozenset({"time", "random", "choice", "choices", "sample", "node",
+                                 "platform"})
+"""Reads of the world only as a module's function (``time.time()``, ``random.choice``, an
+imported ``random``): as an attribute of a value they are ordinary (``dt.time()``)."""
+
+
 _DENIED_FRAGMENTS = ("pytest", "pluggy", "unittest", "__", "xfail", "/proc", "meta_path",
                      "f_back", "builtins", "importlib", "getattr", "setattr")
 """Pieces of strings (compared in lower case) through which code names the runner."""
@@ -186,8 +218,8 @@ class Refusal:
 
     path: str
     rule: str
-    """encoding, syntax, import, dunder, denied, builtin, attribute, string, dynamic, size,
-    depth or missing."""
+    """encoding, syntax, import, dunder, denied, builtin, attribute, string, dynamic, state,
+    environment, doctest, size, depth or missing."""
     detail: str
     line: int = 0
 
@@ -314,6 +346,25 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         yield ("str", value), line
 
 
+def _environment(node: ast.AST, imports: frozenset[str]) -> str | None:
+    """The read of the world (`_ENVIRONMENT`) that `node` makes, if any: a name imported at
+    module level, or an attribute (of a module the file imports, for the words that are
+    ordinary attributes too)."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in imports \
+            and node.id in (_ENVIRONMENT | _ENVIRONMENT_FS | _ENVIRONMENT_MODULE):
+        return node.id
+    if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
+        return None
+    if node.attr in _ENVIRONMENT:
+        return node.attr
+    root = _root(node.value)
+    if node.attr in _ENVIRONMENT_FS and root != "self":
+        return node.attr
+    if node.attr in _ENVIRONMENT_MODULE and root in imports:
+        return node.attr
+    return None
+
+
 def _reflective_use(node: ast.AST, parents: dict[int, ast.AST]) -> str:
     """How a denied name or attribute is used, as the text that a changed statement must
     keep verbatim: the whole call (``getattr(conv, 'pattern', None)``) or subscript
@@ -405,6 +456,10 @@ def _units(tree: ast.AST) -> list[_Unit]:
     module_names = _module_bindings(tree)
     stateful = _stateful_functions(tree, module_names)
     module_shared = _shared_names(tree)
+    imports = frozenset(
+        (a.asname or a.name).split(".")[0]
+        for node in (tree.body if isinstance(tree, ast.Module) else [])
+        if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names)
 
     def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None,
               owned: frozenset[str] | None = None, in_class: bool = False,
@@ -422,6 +477,8 @@ def _units(tree: ast.AST) -> list[_Unit]:
                      for n in nodes for (role, value), line in _features(n, parents)]
             feats += _state_features(node, nodes, scope, module_names, owned, in_class,
                                      stateful, shared, self_fresh)
+            feats += [(("environment", what), getattr(n, "lineno", 0)) for n in nodes
+                      if (what := _environment(n, imports))]
             inner, mine, inner_owned, inner_class = scope, special, owned, in_class
             inner_shared, inner_fresh = shared, self_fresh
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -432,6 +489,9 @@ def _units(tree: ast.AST) -> list[_Unit]:
                     inner_shared, inner_fresh = module_shared, _fresh_self_attrs(node)
                 else:
                     inner_shared = _tainted(node, shared)
+                    if in_class:  # a method: `self` is its own only while it is built
+                        inner_fresh = self_fresh if node.name in _CONSTRUCTOR_METHODS \
+                            else None
                 if mine is None and _special(node.name):
                     mine = ".".join(inner)
             if mine is None:  # a dunder bound by assignment, e.g. in a class body
@@ -453,7 +513,8 @@ _MUTABLE = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp
 """Default values evaluated once, at ``def``, and shared by every call: a counter."""
 _MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefault", "pop",
                        "popitem", "remove", "discard", "clear", "appendleft", "extendleft",
-                       "popleft", "rotate", "sort", "reverse"})
+                       "popleft", "rotate", "sort", "reverse", "intersection_update",
+                       "difference_update", "symmetric_difference_update", "move_to_end"})
 """Methods that change a container in place."""
 
 
@@ -605,6 +666,13 @@ _CONSTRUCTORS = frozenset({"list", "dict", "set", "tuple", "frozenset", "bytearr
                            "str", "bytes", "int", "float"})
 """Calls whose result is a new object: a call of anything else may return a shared one
 (``next(iter((PLURALS,)))``)."""
+_VALUE_CALLS = frozenset({"len", "abs", "round", "ord", "chr", "divmod", "pow", "bool",
+                          "repr", "ascii", "format", "hex", "oct", "bin", "sum"})
+"""Builtins whose result is a new object or an immutable one (a number, a string)."""
+_CONSTRUCTOR_METHODS = frozenset({"__init__", "__new__", "__post_init__"})
+"""Methods that build their instance: what they store on ``self`` is the instance's own.
+Any other method that changes its instance keeps state across calls on a long-lived object
+(a module-level ``curry`` object counts the calls made through it)."""
 _FRESH = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp,
           ast.Constant, ast.JoinedStr, ast.BinOp, ast.Tuple)
 """Values that are a new object (or an immutable one) each time they run."""
@@ -635,7 +703,7 @@ def _owned_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             fresh = isinstance(value, _FRESH) or (
                 isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
-                and value.func.id in _CONSTRUCTORS)
+                and value.func.id in (_CONSTRUCTORS | _VALUE_CALLS))
             for target in targets:
                 (owned if fresh else shared).update(_bound(target))
         elif isinstance(node, (ast.NamedExpr, ast.For, ast.AsyncFor, ast.comprehension)):
@@ -756,6 +824,16 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
             (what := _handed_on(node.value, shared, self_fresh)):
         out.append((("state", f"stores the shared `{what}` in an object, where a later "
                               "call can change it in place"), line))
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name) and (
+            node.target.id in shared or node.target.id not in owned and not (
+                isinstance(node.value, ast.Constant)
+                and isinstance(node.value.value, (int, float, str)))):
+        # `u |= {x}`, `p += [x]`: in place on a set or list (an alias of a shared one, a
+        # parameter, a loop target); a number or string constant added to a name that is no
+        # alias of shared state changes nothing in place
+        out.append((("state", f"changes `{node.target.id}` in place "
+                              f"(`{ast.unparse(node)[:40]}`), which the call does not own"),
+                    line))
     for sub in header:
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
                 and sub.func.attr in _MUTATORS:
@@ -781,11 +859,16 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
         # or attribute of an owned name (`box[0].append`: the item may be shared), a chain
         # from a display or a call (`(X,)[0].append`), or a class attribute or an object
         # the instance was handed (`self.rules`, set to `PLURALS`)
-        own = isinstance(receiver, ast.Name) and receiver.id in owned or (
-            root == "self" and self_fresh is not None
-            and (_self_attr(receiver) in self_fresh
-                 or isinstance(receiver, ast.Name)))
-        if not own:
+        if root == "self":  # in a constructor: the instance, or what it makes new
+            own = self_fresh is not None and (isinstance(receiver, ast.Name)
+                                              or _self_attr(receiver) in self_fresh)
+        else:
+            own = isinstance(receiver, ast.Name) and receiver.id in owned
+        if not own and root == "self" and self_fresh is None:
+            out.append((("state", f"changes the instance (`{ast.unparse(sub)[:40]}`) outside "
+                                  "a constructor: its state outlives the call on a "
+                                  "long-lived object"), getattr(sub, "lineno", line)))
+        elif not own:
             root = root or ast.unparse(receiver)[:40]
             what = "module-level " if root in module_names else ""
             out.append((("state", f"changes the {what}`{root}` in place, which the call "
@@ -910,6 +993,10 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
     if role == "state":
         return ("state", f"{value}: state that outlives a call (code could then behave one "
                 "way for its first calls and another later), which a fix does not need")
+    if role == "environment":
+        return ("environment", f"`{value}` reads the clock, the file system, the process or "
+                "randomness, which the replaced statements do not: a fix's result depends "
+                "on its inputs")
     if role == "special":
         return ("dunder", f"changes `{value}`, a special method (how objects compare, convert "
                 "or are reached), which the task's fix does not change")
