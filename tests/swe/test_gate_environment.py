@@ -32,6 +32,18 @@ def today():
     return datetime.date.today()
 
 
+def _stamp():
+    return datetime.date.today()
+
+
+def stamped(x):
+    return x, _stamp()
+
+
+def entries(root):
+    return list(os.scandir(root))
+
+
 class Walker:
     def __init__(self, root):
         self.root = Path(root)
@@ -59,6 +71,14 @@ PROBES = {
         "        p = Path('.tripod')\n        path = path[1 + p.exists():]\n"),
     "the process id": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + (os.getpid() > 2):]\n"),
+    # a project function that makes the read, called anew (directly or one level up)
+    "the date through a project function": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + (_stamp().year < 2027):]\n"),
+    "the date through a caller of one": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[1 + (stamped(0)[1].year < 2027):]\n"),
+    "the working directory through a project function": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + len(entries('.tripod')):]\n"),
 }
 ALLOWED = {
     "an existing read, edited": PRISTINE.replace(

@@ -141,7 +141,7 @@ ALLOWED = {
         "    out = []\n", "    out = []\n    if (n := len(word)) > 3:\n"
                          "        for _ in range(n):\n            pass\n"),
     "a class attribute naming a function": PRISTINE.replace(
-        "def apply(word):\n", "class _Rules:\n    first = register\n    size = 3\n\n\n"
+        "def apply(word):\n", "class _Rules:\n    first = str\n    size = 3\n\n\n"
                               "def apply(word):\n"),
     "a number added to a parameter": PRISTINE.replace(
         "def apply(word):\n", "def _next(n):\n    n += 1\n    return n\n\n\n"
@@ -160,6 +160,42 @@ CLASSY = '''class Box:
     def put(self, item):
         return item
 '''
+
+
+CACHED = '''CACHE = {}
+
+
+def _build(key):
+    CACHE[key] = key
+    return key
+
+
+def parse(text):
+    return _build(text)
+
+
+def fmt(value):
+    return str(value)
+'''
+
+# A module-level cache that existing functions fill is a counter for new code that calls
+# them anew, or that reads its size.
+CACHE_COUNTERS = {
+    "a new call of a function that fills a cache through another": CACHED.replace(
+        "    return str(value)\n", "    parse(str(len(value)))\n    return str(value)\n"),
+    "a new read of the cache": CACHED.replace(
+        "    return str(value)\n", "    return str(value) if len(CACHE) < 9 else ''\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(CACHE_COUNTERS))
+def test_a_cache_the_project_fills_is_no_counter(name: str) -> None:
+    assert "state" in _rules(CACHE_COUNTERS[name], CACHED), name
+
+
+def test_an_existing_call_of_a_cache_filler_edited_stays_allowed() -> None:
+    changed = CACHED.replace("    return _build(text)\n", "    return _build(text.strip())\n")
+    assert _rules(changed, CACHED) == []
 
 
 SHARED_CLASS = '''RULES = []

@@ -346,6 +346,13 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         yield ("str", value), line
 
 
+def _imports(tree: ast.AST) -> frozenset[str]:
+    """Names the module's top-level imports bind."""
+    return frozenset((a.asname or a.name).split(".")[0]
+                     for node in (tree.body if isinstance(tree, ast.Module) else [])
+                     if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names)
+
+
 def _environment(node: ast.AST, imports: frozenset[str]) -> str | None:
     """The read of the world (`_ENVIRONMENT`) that `node` makes, if any: a name imported at
     module level, or an attribute (of a module the file imports, for the words that are
@@ -456,10 +463,7 @@ def _units(tree: ast.AST) -> list[_Unit]:
     module_names = _module_bindings(tree)
     stateful = _stateful_functions(tree, module_names)
     module_shared = _shared_names(tree)
-    imports = frozenset(
-        (a.asname or a.name).split(".")[0]
-        for node in (tree.body if isinstance(tree, ast.Module) else [])
-        if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names)
+    imports = _imports(tree)
 
     def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None,
               owned: frozenset[str] | None = None, in_class: bool = False,
@@ -928,7 +932,70 @@ class Vocabulary:
     built at run time, such a function reaches any attribute or module (toolz's
     ``_restore_curry`` imports a module and walks attributes named by its argument)."""
 
+    runtime_state: set[str] = field(default_factory=set)
+    """Module-level names the project's functions change at run time (a cache, a rule list
+    grown by a registration function). A new read of one can count: ``len(CACHE)`` grows
+    by one entry per new key."""
+    _functions: dict[str, list[bool | set[str]]] = field(default_factory=dict)
+    """Per function name: [changes module-level state itself, reads the world itself, the
+    names it calls]."""
+    _closures: dict[int, frozenset[str]] = field(default_factory=dict)
+
+    @property
+    def stateful(self) -> frozenset[str]:
+        """The project's functions that change module-level state, themselves or through
+        the project functions they call (isodate's ``parse_date`` fills
+        ``DATE_REGEX_CACHE`` through ``build_date_regexps``)."""
+        return self._closure(0)
+
+    @property
+    def worldly(self) -> frozenset[str]:
+        """The project's functions that read the world (`_ENVIRONMENT`), themselves or
+        through the project functions they call (parse's ``strf_date_convert`` reads the
+        date, pathspec's ``iter_tree_entries`` the working directory)."""
+        return self._closure(1)
+
+    def _closure(self, which: int) -> frozenset[str]:
+        if which in self._closures:
+            return self._closures[which]
+        found = {name for name, facts in self._functions.items() if facts[which]}
+        while True:
+            more = {name for name, facts in self._functions.items()
+                    if name not in found and facts[2] & found}
+            if not more:
+                self._closures[which] = frozenset(found)
+                return self._closures[which]
+            found |= more
+
+    def _learn_functions(self, tree: ast.AST) -> None:
+        module_names = _module_bindings(tree)
+        imports = _imports(tree)
+        for fn in ast.walk(tree):
+            # special methods and the builtin types' method names (`popitem`) are matched
+            # by name across every class: followed, every constructor would read the clock
+            if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) \
+                    or _magic(fn.name) or fn.name in _SAFE_ATTRS:
+                continue
+            facts = self._functions.setdefault(fn.name, [False, False, set()])
+            for sub in ast.walk(fn):
+                changes = isinstance(sub, (ast.Subscript, ast.Attribute)) and (
+                    not isinstance(sub.ctx, ast.Load) or getattr(sub, "attr", "") in _MUTATORS)
+                if isinstance(sub, ast.Global) or changes and _root(sub.value) in module_names:
+                    facts[0] = True
+                    root = sub.names if isinstance(sub, ast.Global) else [_root(sub.value)]
+                    self.runtime_state.update(r for r in root if r)
+                if _environment(sub, imports):
+                    facts[1] = True
+                if isinstance(sub, ast.Call):
+                    callee = sub.func.id if isinstance(sub.func, ast.Name) else \
+                        sub.func.attr if isinstance(sub.func, ast.Attribute) else None
+                    if callee and callee not in _SAFE_ATTRS and callee != fn.name \
+                            and not _magic(callee):
+                        facts[2].add(callee)
+
     def learn(self, tree: ast.AST) -> None:
+        self._closures.clear()
+        self._learn_functions(tree)
         for node in ast.walk(tree):
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
                     not node.name.startswith("__") and \
@@ -962,6 +1029,11 @@ def _dunder(name: str) -> bool:
     (``self.__root``, mangled to ``_Cache__root``) is an ordinary attribute."""
     return len(name) > 4 and name.startswith("__") and name.endswith("__") \
         and name not in _DUNDER_OK
+
+
+def _magic(name: str) -> bool:
+    """A name of the ``__x__`` form, `_DUNDER_OK`'s included."""
+    return len(name) > 4 and name.startswith("__") and name.endswith("__")
 
 
 def _special(name: str) -> bool:
@@ -1004,6 +1076,15 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
         return "dunder", f"`{value}`"
     if role in _BINDING_ROLES and value in _DENIED_NAMES:
         return "denied", f"`{value}`" + ("" if role == "name" else f" ({role})")
+    if role in ("name", "attr") and value in vocab.worldly:
+        return ("environment", f"`{value}`, a project function that reads the clock, the file "
+                "system, the process or randomness: a fix's result depends on its inputs")
+    if role in ("name", "attr") and value in vocab.stateful:
+        return ("state", f"`{value}`, a project function that changes module-level state "
+                "(itself or through what it calls): called anew, it can count calls")
+    if role == "name" and value in vocab.runtime_state:
+        return ("state", f"reads `{value}`, module-level state the project changes at run "
+                "time (a cache's size counts the keys it has seen)")
     if role in ("name", "attr") and value in vocab.reflective:
         return ("denied", f"`{value}`, a project function that reaches attributes or modules "
                 "named by its arguments")
