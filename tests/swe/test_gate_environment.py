@@ -32,6 +32,9 @@ def today():
     return datetime.date.today()
 
 
+OFFSET = -time.timezone
+
+
 def _stamp():
     return datetime.date.today()
 
@@ -79,6 +82,11 @@ PROBES = {
         "        path = path[1 + (stamped(0)[1].year < 2027):]\n"),
     "the working directory through a project function": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + len(entries('.tripod')):]\n"),
+    # the machine's time zone, read at import into a module constant
+    "the time zone through a module constant": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + (OFFSET != 0):]\n"),
+    "the time zone": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + (time.altzone != 0):]\n"),
 }
 ALLOWED = {
     "an existing read, edited": PRISTINE.replace(

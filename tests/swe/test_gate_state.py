@@ -163,6 +163,7 @@ CLASSY = '''class Box:
 
 
 CACHED = '''CACHE = {}
+TABLE = {}
 
 
 def _build(key):
@@ -174,6 +175,20 @@ def parse(text):
     return _build(text)
 
 
+def tag(label):
+    def decorator(func):
+        func.label = label
+        return func
+    return decorator
+
+
+def memo(func, cache):
+    def call(x):
+        cache[x] = func(x)
+        return cache[x]
+    return call
+
+
 def fmt(value):
     return str(value)
 '''
@@ -183,6 +198,10 @@ def fmt(value):
 CACHE_COUNTERS = {
     "a new call of a function that fills a cache through another": CACHED.replace(
         "    return str(value)\n", "    parse(str(len(value)))\n    return str(value)\n"),
+    "a project decorator applied anew to a module-level function": CACHED.replace(
+        "    return str(value)\n", "    tag('x')(fmt)\n    return str(value)\n"),
+    "a project memoizer handed a module-level cache": CACHED.replace(
+        "    return str(value)\n", "    memo(str, TABLE)(1)\n    return str(value)\n"),
     "a new read of the cache": CACHED.replace(
         "    return str(value)\n", "    return str(value) if len(CACHE) < 9 else ''\n"),
 }
@@ -191,6 +210,12 @@ CACHE_COUNTERS = {
 @pytest.mark.parametrize("name", sorted(CACHE_COUNTERS))
 def test_a_cache_the_project_fills_is_no_counter(name: str) -> None:
     assert "state" in _rules(CACHE_COUNTERS[name], CACHED), name
+
+
+def test_a_project_function_that_changes_what_it_is_handed_may_get_new_objects() -> None:
+    changed = CACHED.replace("    return str(value)\n",
+                             "    memo(str, {})(1)\n    return str(value)\n")
+    assert _rules(changed, CACHED) == []
 
 
 def test_an_existing_call_of_a_cache_filler_edited_stays_allowed() -> None:

@@ -346,20 +346,37 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         yield ("str", value), line
 
 
-def _imports(tree: ast.AST) -> frozenset[str]:
-    """Names the module's top-level imports bind."""
-    return frozenset((a.asname or a.name).split(".")[0]
-                     for node in (tree.body if isinstance(tree, ast.Module) else [])
-                     if isinstance(node, (ast.Import, ast.ImportFrom)) for a in node.names)
+def _imports(tree: ast.AST) -> dict[str, str]:
+    """Names the module's top-level imports bind, each with what it is bound to (``time``
+    for ``import time``, ``t`` -> ``time`` for ``import time as t``, ``timezone`` ->
+    ``time.timezone`` for ``from time import timezone``)."""
+    out: dict[str, str] = {}
+    for node in tree.body if isinstance(tree, ast.Module) else []:
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                out[a.asname or a.name.split(".")[0]] = a.name if a.asname else \
+                    a.name.split(".")[0]
+        elif isinstance(node, ast.ImportFrom):
+            for a in node.names:
+                out[a.asname or a.name] = f"{node.module or ''}.{a.name}"
+    return out
 
 
-def _environment(node: ast.AST, imports: frozenset[str]) -> str | None:
+_TIME_MODULE = frozenset({"timezone", "altzone", "daylight", "tzname", "strftime", "mktime",
+                          "tzset", "localtime", "gmtime", "time"})
+"""The `time` module's reads of the machine's zone and clock: `time.timezone` is the zone's
+offset, set at import (a module constant built from it reads the world too)."""
+
+
+def _environment(node: ast.AST, imports: dict[str, str]) -> str | None:
     """The read of the world (`_ENVIRONMENT`) that `node` makes, if any: a name imported at
     module level, or an attribute (of a module the file imports, for the words that are
-    ordinary attributes too)."""
-    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in imports \
-            and node.id in (_ENVIRONMENT | _ENVIRONMENT_FS | _ENVIRONMENT_MODULE):
-        return node.id
+    ordinary attributes too; of the `time` module for its zone)."""
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) and node.id in imports:
+        if node.id in (_ENVIRONMENT | _ENVIRONMENT_FS | _ENVIRONMENT_MODULE):
+            return node.id
+        module, _, attr = imports[node.id].rpartition(".")
+        return node.id if module == "time" and attr in _TIME_MODULE else None
     if not isinstance(node, ast.Attribute) or not isinstance(node.ctx, ast.Load):
         return None
     if node.attr in _ENVIRONMENT:
@@ -369,6 +386,9 @@ def _environment(node: ast.AST, imports: frozenset[str]) -> str | None:
         return node.attr
     if node.attr in _ENVIRONMENT_MODULE and root in imports:
         return node.attr
+    if node.attr in _TIME_MODULE and isinstance(node.value, ast.Name) \
+            and imports.get(node.value.id) == "time":
+        return f"time.{node.attr}"
     return None
 
 
@@ -585,6 +605,26 @@ def _handed_on(value: ast.AST | None, shared: frozenset[str],
                 and isinstance(node.value.func, ast.Name) and node.value.func.id == "type":
             return ast.unparse(node)[:40]
     return None
+
+
+def _shared_argument(arg: ast.AST, owned: frozenset[str]) -> bool:
+    """Whether an argument may be an object that outlives the call: a name the call does not
+    own (a module-level function or table, a parameter), an item or attribute of anything,
+    another call's result, or a display holding one of them."""
+    if isinstance(arg, ast.Starred):
+        arg = arg.value
+    if isinstance(arg, ast.Name):  # a builtin (`str`) takes no attributes or items
+        return arg.id not in owned and not hasattr(builtins, arg.id)
+    if isinstance(arg, (ast.Attribute, ast.Subscript, ast.NamedExpr)):
+        return True
+    if isinstance(arg, ast.Call):
+        return not (isinstance(arg.func, ast.Name) and arg.func.id in _CONSTRUCTORS
+                    and not any(_shared_argument(a, owned) for a in arg.args))
+    if isinstance(arg, (ast.List, ast.Tuple, ast.Set)):
+        return any(_shared_argument(e, owned) for e in arg.elts)
+    if isinstance(arg, ast.Dict):
+        return any(_shared_argument(e, owned) for e in (*arg.keys, *arg.values) if e)
+    return False
 
 
 def _tainted(function: ast.AST, shared: frozenset[str]) -> frozenset[str]:
@@ -839,6 +879,15 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
                               f"(`{ast.unparse(node)[:40]}`), which the call does not own"),
                     line))
     for sub in header:
+        if isinstance(sub, ast.Call) and any(
+                _shared_argument(a, owned) for a in (*sub.args, *(k.value for k in sub.keywords))):
+            callee = sub.func
+            while isinstance(callee, ast.Call):  # `with_pattern(...)(f)`: the factory
+                callee = callee.func
+            name = callee.id if isinstance(callee, ast.Name) else \
+                callee.attr if isinstance(callee, ast.Attribute) else None
+            if name:
+                out.append((("handed", name), getattr(sub, "lineno", line)))
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
                 and sub.func.attr in _MUTATORS:
             for arg in (*sub.args, *(k.value for k in sub.keywords)):
@@ -936,9 +985,12 @@ class Vocabulary:
     """Module-level names the project's functions change at run time (a cache, a rule list
     grown by a registration function). A new read of one can count: ``len(CACHE)`` grows
     by one entry per new key."""
-    _functions: dict[str, list[bool | set[str]]] = field(default_factory=dict)
+    worldly_names: set[str] = field(default_factory=set)
+    """Module-level names bound at import to a read of the world (the machine's time zone:
+    isodate's ``STDOFFSET``), or to a value built from one."""
+    _functions: dict[str, list] = field(default_factory=dict)
     """Per function name: [changes module-level state itself, reads the world itself, the
-    names it calls]."""
+    names it calls, changes what it is handed (or a function nested in it does)]."""
     _closures: dict[int, frozenset[str]] = field(default_factory=dict)
 
     @property
@@ -955,6 +1007,13 @@ class Vocabulary:
         date, pathspec's ``iter_tree_entries`` the working directory)."""
         return self._closure(1)
 
+    @property
+    def changes_arguments(self) -> frozenset[str]:
+        """The project's functions that change an object they are handed (or that a
+        function nested in them is handed: a decorator factory). Handed a shared object
+        (a module-level function, a registry), such a call keeps state."""
+        return frozenset(name for name, facts in self._functions.items() if facts[3])
+
     def _closure(self, which: int) -> frozenset[str]:
         if which in self._closures:
             return self._closures[which]
@@ -970,13 +1029,25 @@ class Vocabulary:
     def _learn_functions(self, tree: ast.AST) -> None:
         module_names = _module_bindings(tree)
         imports = _imports(tree)
+        # module-level names bound, at import, to a read of the world (isodate's
+        # `STDOFFSET = timedelta(seconds=-time.timezone)`), and names built from them
+        for node in tree.body if isinstance(tree, ast.Module) else []:
+            if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)) and \
+                    node.value is not None and self._reads_world(node.value, imports):
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                self.worldly_names.update(n for t in targets for n in _bound(t))
         for fn in ast.walk(tree):
             # special methods and the builtin types' method names (`popitem`) are matched
             # by name across every class: followed, every constructor would read the clock
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                     or _magic(fn.name) or fn.name in _SAFE_ATTRS:
                 continue
-            facts = self._functions.setdefault(fn.name, [False, False, set()])
+            facts = self._functions.setdefault(fn.name, [False, False, set(), False])
+            # the parameters of `fn` and of the functions nested in it, bar self and cls
+            params = {a.arg for f in ast.walk(fn)
+                      if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
+                      for a in (*f.args.posonlyargs, *f.args.args, *f.args.kwonlyargs,
+                                f.args.vararg, f.args.kwarg) if a is not None} - _SELF
             for sub in ast.walk(fn):
                 changes = isinstance(sub, (ast.Subscript, ast.Attribute)) and (
                     not isinstance(sub.ctx, ast.Load) or getattr(sub, "attr", "") in _MUTATORS)
@@ -984,7 +1055,12 @@ class Vocabulary:
                     facts[0] = True
                     root = sub.names if isinstance(sub, ast.Global) else [_root(sub.value)]
                     self.runtime_state.update(r for r in root if r)
-                if _environment(sub, imports):
+                if changes and _root(sub.value) in params:
+                    # it changes what it is handed (parse's `with_pattern` sets attributes
+                    # on the function it decorates, toolz's `memoize` fills the cache it is
+                    # given): handed a shared object, it keeps state
+                    facts[3] = True
+                if self._reads_world(sub, imports, walk=False):
                     facts[1] = True
                 if isinstance(sub, ast.Call):
                     callee = sub.func.id if isinstance(sub.func, ast.Name) else \
@@ -992,6 +1068,16 @@ class Vocabulary:
                     if callee and callee not in _SAFE_ATTRS and callee != fn.name \
                             and not _magic(callee):
                         facts[2].add(callee)
+
+    def _reads_world(self, node: ast.AST, imports: dict[str, str], walk: bool = True) -> bool:
+        """Whether `node` (and, with `walk`, what it holds) reads the world, directly or
+        through a module-level name bound to such a read."""
+        for sub in ast.walk(node) if walk else (node,):
+            if _environment(sub, imports) or isinstance(sub, (ast.Name, ast.Attribute)) \
+                    and isinstance(sub.ctx, ast.Load) and \
+                    (sub.id if isinstance(sub, ast.Name) else sub.attr) in self.worldly_names:
+                return True
+        return False
 
     def learn(self, tree: ast.AST) -> None:
         self._closures.clear()
@@ -1082,7 +1168,16 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
     if role in ("name", "attr") and value in vocab.stateful:
         return ("state", f"`{value}`, a project function that changes module-level state "
                 "(itself or through what it calls): called anew, it can count calls")
-    if role == "name" and value in vocab.runtime_state:
+    if role == "handed":
+        if value in vocab.changes_arguments:
+            return ("state", f"hands a shared object to `{value}`, a project function that "
+                    "changes what it is handed (a module-level function's attributes, a "
+                    "registry): called anew, it can count calls")
+        return None
+    if role in ("name", "attr") and value in vocab.worldly_names:
+        return ("environment", f"`{value}`, a module-level value read from the machine at "
+                "import (its time zone, clock or files): a fix's result depends on its inputs")
+    if role in ("name", "attr") and value in vocab.runtime_state:
         return ("state", f"reads `{value}`, module-level state the project changes at run "
                 "time (a cache's size counts the keys it has seen)")
     if role in ("name", "attr") and value in vocab.reflective:
