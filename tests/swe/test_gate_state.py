@@ -125,6 +125,15 @@ COUNTERS = {
     "`+=` on a parameter": PRISTINE.replace(
         "def apply(word):\n", "def _grow(acc):\n    acc += [1]\n    return len(acc)\n\n\n"
                               "def apply(word):\n"),
+    # the fifth audit: a closure made once, at import, by a new decorator
+    "a new decorator's closure": PRISTINE.replace(
+        "def apply(word):\n", "def _warm(fn):\n    ticks = iter(range(3000))\n\n"
+                              "    def inner(word):\n        for _ in ticks:\n"
+                              "            return []\n        return fn(word)\n"
+                              "    return inner\n\n\n@_warm\ndef apply(word):\n"),
+    "advancing an iterator the call does not own": PRISTINE.replace(
+        "def apply(word):\n", "def _tick(ticks):\n    return next(ticks, None)\n\n\n"
+                              "def apply(word):\n"),
     "a class-body loop target": PRISTINE.replace(
         "def apply(word):\n", "class _Tally:\n    for _make in [iter(range(9))]:\n"
                               "        pass\n\n\ndef apply(word):\n    next(_Tally._make)\n"),
@@ -148,6 +157,9 @@ ALLOWED = {
                               "def apply(word):\n"),
     "a sum kept in a local": PRISTINE.replace(
         "    out = []\n", "    out = []\n    total = len(word)\n    total += len(out)\n"),
+    "a first item of a new iterator": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    first = next(iter(word), None)\n"
+                         "    second = next((c for c in word if c), None)\n"),
     "constant defaults": PRISTINE.replace("def apply(word):\n",
                                           "def apply(word, n=-1, sep=(\"-\", 2)):\n"),
 }

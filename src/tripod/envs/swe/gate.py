@@ -316,6 +316,8 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         yield ("setattr" if store and not on_self else "attr", node.attr), line
     elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
         yield ("def", node.name), line
+        for dec in node.decorator_list:
+            yield ("decorator", ast.unparse(dec)[:60]), line
         if not isinstance(node, ast.ClassDef):
             for default in (*node.args.defaults, *node.args.kw_defaults):
                 if default is not None and not _constant(default):
@@ -710,6 +712,15 @@ _CONSTRUCTORS = frozenset({"list", "dict", "set", "tuple", "frozenset", "bytearr
                            "str", "bytes", "int", "float"})
 """Calls whose result is a new object: a call of anything else may return a shared one
 (``next(iter((PLURALS,)))``)."""
+_PLAIN_DECORATORS = frozenset({"property", "staticmethod", "classmethod", "wraps",
+                               "functools.wraps", "abstractmethod", "abc.abstractmethod",
+                               "overload", "typing.overload", "dataclass",
+                               "dataclasses.dataclass", "total_ordering",
+                               "functools.total_ordering"})
+"""Decorators that keep no state of their own; any other new one may wrap a definition in
+a closure made at import."""
+_FRESH_ITERATORS = frozenset({"iter", "reversed", "enumerate", "zip", "map", "filter"})
+"""Calls that make a new iterator: ``next(iter(x))`` takes a first item and keeps nothing."""
 _VALUE_CALLS = frozenset({"len", "abs", "round", "ord", "chr", "divmod", "pow", "bool",
                           "repr", "ascii", "format", "hex", "oct", "bin", "sum"})
 """Builtins whose result is a new object or an immutable one (a number, a string)."""
@@ -888,6 +899,14 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
                 callee.attr if isinstance(callee, ast.Attribute) else None
             if name:
                 out.append((("handed", name), getattr(sub, "lineno", line)))
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) \
+                and sub.func.id == "next" and sub.args and \
+                _shared_argument(sub.args[0], owned) and not (
+                    isinstance(sub.args[0], ast.Call) and isinstance(sub.args[0].func, ast.Name)
+                    and sub.args[0].func.id in _FRESH_ITERATORS):
+            # advancing an iterator the call does not own (a closure's, a module's) counts
+            out.append((("state", f"advances `{ast.unparse(sub.args[0])[:40]}`, an iterator "
+                                  "the call does not own"), getattr(sub, "lineno", line)))
         if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) \
                 and sub.func.attr in _MUTATORS:
             for arg in (*sub.args, *(k.value for k in sub.keywords)):
@@ -1168,6 +1187,12 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
     if role in ("name", "attr") and value in vocab.stateful:
         return ("state", f"`{value}`, a project function that changes module-level state "
                 "(itself or through what it calls): called anew, it can count calls")
+    if role == "decorator":
+        name = value.split("(")[0]
+        if name in _PLAIN_DECORATORS or name.endswith((".setter", ".getter", ".deleter")):
+            return None
+        return ("state", f"a new decorator `@{value}`: it runs once, at import, and what it "
+                "returns replaces the definition, so a closure it makes outlives every call")
     if role == "handed":
         if value in vocab.changes_arguments:
             return ("state", f"hands a shared object to `{value}`, a project function that "
