@@ -134,6 +134,17 @@ COUNTERS = {
     "advancing an iterator the call does not own": PRISTINE.replace(
         "def apply(word):\n", "def _tick(ticks):\n    return next(ticks, None)\n\n\n"
                               "def apply(word):\n"),
+    # the sixth audit: an iterator planted at import in an existing container, used up
+    # by a loop in the function
+    "an iterator added to a module-level container at import": PRISTINE.replace(
+        "def register(rule):\n", "RULES.append(iter(range(5000)))\n\n\ndef register(rule):\n"),
+    "an iterator in an edited module-level display": PRISTINE.replace(
+        "RULES = []\n", "RULES = [iter(range(5000))]\n"),
+    "a generator in an edited module-level display": PRISTINE.replace(
+        "RULES = []\n", "RULES = [(i for i in range(5000))]\n"),
+    "an entry set at import in another module's table": PRISTINE.replace(
+        "def register(rule):\n", "RULES[0:0] = [1]\n\n\n"
+                                  "def register(rule):\n"),
     "a class-body loop target": PRISTINE.replace(
         "def apply(word):\n", "class _Tally:\n    for _make in [iter(range(9))]:\n"
                               "        pass\n\n\ndef apply(word):\n    next(_Tally._make)\n"),
@@ -160,6 +171,8 @@ ALLOWED = {
     "a first item of a new iterator": PRISTINE.replace(
         "    out = []\n", "    out = []\n    first = next(iter(word), None)\n"
                          "    second = next((c for c in word if c), None)\n"),
+    "a module-level value built by a constructor": PRISTINE.replace(
+        "RULES = []\n", "RULES = list((str, len))\n"),
     "constant defaults": PRISTINE.replace("def apply(word):\n",
                                           "def apply(word, n=-1, sep=(\"-\", 2)):\n"),
 }

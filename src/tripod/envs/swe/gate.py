@@ -719,6 +719,15 @@ _PLAIN_DECORATORS = frozenset({"property", "staticmethod", "classmethod", "wraps
                                "functools.total_ordering"})
 """Decorators that keep no state of their own; any other new one may wrap a definition in
 a closure made at import."""
+_IMPORT_CALLS = _CONSTRUCTORS | frozenset({
+    "len", "abs", "round", "ord", "chr", "pow", "bool", "repr", "format", "hex", "oct", "bin",
+    "compile", "escape", "namedtuple", "NamedTuple", "TypeVar", "getLogger", "property",
+    "staticmethod", "classmethod", "dataclass", "field", "auto", "total_ordering",
+    "timedelta", "date", "datetime", "time", "Decimal", "Fraction", "object", "join",
+    "upper", "lower", "strip", "split", "replace", "range", "min", "max"})
+"""Calls a module or class body may newly make: they build a value, not an object whose
+later use changes (an iterator, a generator, a registry entry): `range(n)` is a value,
+`iter(range(n))` is not."""
 _FRESH_ITERATORS = frozenset({"iter", "reversed", "enumerate", "zip", "map", "filter"})
 """Calls that make a new iterator: ``next(iter(x))`` takes a first item and keeps nothing."""
 _VALUE_CALLS = frozenset({"len", "abs", "round", "ord", "chr", "divmod", "pow", "bool",
@@ -873,6 +882,23 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
         where = f"in class `{scope[-1]}`" if in_class else "at module level"
         out += [(("state", f"binds `{name}` {where}"), line)
                 for name in sorted(_scope_bindings(node, header))]
+        # what runs at import and outlives it: an object planted in an existing container
+        # (`UNCOUNTABLES.add(iter(range(5000)))`), an iterator or a generator made there
+        for sub in header:
+            if isinstance(sub, (ast.Subscript, ast.Attribute)) and (
+                    not isinstance(sub.ctx, ast.Load)
+                    or isinstance(sub, ast.Attribute) and sub.attr in _MUTATORS):
+                out.append((("state", f"changes `{ast.unparse(sub.value)[:40]}` {where}"),
+                            getattr(sub, "lineno", line)))
+            elif isinstance(sub, ast.GeneratorExp):
+                out.append((("state", f"makes a generator {where}"),
+                            getattr(sub, "lineno", line)))
+            elif isinstance(sub, ast.Call):
+                callee = sub.func.id if isinstance(sub.func, ast.Name) else \
+                    sub.func.attr if isinstance(sub.func, ast.Attribute) else None
+                if callee not in _IMPORT_CALLS:
+                    out.append((("state", f"calls `{callee or ast.unparse(sub.func)[:40]}` "
+                                          f"{where}"), getattr(sub, "lineno", line)))
         return out
     if assigned and any(isinstance(t, (ast.Attribute, ast.Subscript)) for t in (
             node.targets if isinstance(node, ast.Assign) else [node.target])) and \
