@@ -87,6 +87,11 @@ PROBES = {
         "        path = path[1:]\n", "        path = path[1 + (OFFSET != 0):]\n"),
     "the time zone": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + (time.altzone != 0):]\n"),
+    # the platform
+    "the platform's name": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + (os.name != 'posix'):]\n"),
+    "the platform's separator": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + (os.path.sep != '/'):]\n"),
 }
 ALLOWED = {
     "an existing read, edited": PRISTINE.replace(
@@ -129,3 +134,35 @@ def test_the_gold_fixs_own_read_is_allowed() -> None:
     gold = PROBES["the clock"]
     allowed = Counter(added_features(pristine, ast.parse(gold)))
     assert check_file("m.py", pristine, gold.encode(), vocab, allowed) == []
+
+
+STACK_PROBES = {
+    "a recursion caught as RuntimeError": PRISTINE.replace(
+        "    if path.startswith(\"/\"):\n",
+        "    def _down(n):\n        return n < 1 or _down(n - 1)\n    try:\n"
+        "        deep = _down(780)\n    except RuntimeError:\n        deep = False\n"
+        "    if path.startswith(\"/\") and deep:\n"),
+    "a recursion caught as Exception": PRISTINE.replace(
+        "    if path.startswith(\"/\"):\n",
+        "    try:\n        deep = normalize(path, when)\n    except (ValueError, Exception):\n"
+        "        deep = False\n    if path.startswith(\"/\") and deep:\n"),
+    "a bare except": PRISTINE.replace(
+        "    if path.startswith(\"/\"):\n",
+        "    try:\n        deep = normalize(path, when)\n    except:\n"
+        "        deep = False\n    if path.startswith(\"/\") and deep:\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(STACK_PROBES))
+def test_a_new_handler_that_catches_recursion_is_refused(name: str) -> None:
+    """Recursing to the limit and catching RecursionError through a base class measures
+    how much stack a call has: the checks' room is drawn, a real caller's is not."""
+    assert "builtin" in _rules(STACK_PROBES[name]), name
+
+
+def test_a_handler_for_the_expected_exception_passes() -> None:
+    changed = PRISTINE.replace(
+        "    if path.startswith(\"/\"):\n",
+        "    try:\n        n = int(path)\n    except ValueError:\n        n = 0\n"
+        "    if path.startswith(\"/\") and n:\n")
+    assert _rules(changed) == []
