@@ -70,6 +70,10 @@ def test_tripod_eval_uses_the_checkpoint_recipe(tmp_path, capsys):
     write_recipe(tmp_path / "mixed", mixed)
     _, rcfg = eval_settings(_eval_args(tmp_path / "mixed", "textworld/w4-o6-q8"))
     assert rcfg.env_options == {"inventory": True}
+    # `--restrict` / `--no-restrict` override the recipe's rollout.restrict_actions
+    assert rcfg.restrict_actions is False
+    _, rcfg = eval_settings(_eval_args(tmp_path / "mixed", "textworld/w4-o6-q8", restrict=True))
+    assert rcfg.restrict_actions is True
 
 
 def test_one_turn_cap_rule_for_train_evaluations_and_tripod_eval(monkeypatch):

@@ -183,10 +183,13 @@ def eval_settings(args: argparse.Namespace):
                           batch_size=args.batch_size or cfg.eval_batch_size())
     rcfg.env_options = {**(env_options(cfg, args.env) if recipe is not None else {}),
                         **_env_options(getattr(args, "option", []))}
+    if getattr(args, "restrict", None) is not None:
+        rcfg.restrict_actions = args.restrict
     source = f"recipe saved with {args.checkpoint}" if recipe else "tripod defaults (no recipe)"
     print(f"evaluating with {source}: temperature {sampling.temperature}, max_new_tokens "
           f"{sampling.max_new_tokens}, max_turns {turns}, history_window "
-          f"{rcfg.prompt.history_window}, env options {rcfg.env_options}", file=sys.stderr)
+          f"{rcfg.prompt.history_window}, env options {rcfg.env_options}, replies restricted "
+          f"to admissible commands: {rcfg.restrict_actions}", file=sys.stderr)
     return sampling, rcfg
 
 
@@ -334,6 +337,10 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
     ev.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                     help="an env option over the recipe's (repeatable), e.g. --option "
                          "held_out=function")
+    ev.add_argument("--restrict", action=argparse.BooleanOptionalAction, default=None,
+                    help="replies restricted to the env's admissible commands, or not "
+                         "(--no-restrict); default: the checkpoint recipe's "
+                         "rollout.restrict_actions")
     ev.add_argument("--imitation", action="store_true",
                     help="instead of playing: teacher-forced next-action accuracy on the "
                     "expert's demonstrations of the games (the recipe's sft.env_options)")
