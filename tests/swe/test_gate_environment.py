@@ -87,6 +87,13 @@ PROBES = {
         "        path = path[1:]\n", "        path = path[1 + (OFFSET != 0):]\n"),
     "the time zone": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + (time.altzone != 0):]\n"),
+    # the locale
+    "the locale through format(x, 'n')": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + (format(1000, 'n') == '1000'):]\n"),
+    "the locale through an f-string": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + (f'{1000:n}' == '1000'):]\n"),
+    "the locale through a day's name": PRISTINE.replace(
+        "    stamp = when.time()\n", "    stamp = when.strftime('%A')\n"),
     # the platform
     "the platform's name": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + (os.name != 'posix'):]\n"),
@@ -146,6 +153,14 @@ STACK_PROBES = {
         "    if path.startswith(\"/\"):\n",
         "    try:\n        deep = normalize(path, when)\n    except (ValueError, Exception):\n"
         "        deep = False\n    if path.startswith(\"/\") and deep:\n"),
+    "an alias of Exception": PRISTINE.replace(
+        "    if path.startswith(\"/\"):\n",
+        "    caught = Exception\n    try:\n        deep = normalize(path, when)\n"
+        "    except caught:\n        deep = False\n    if path.startswith(\"/\") and deep:\n"),
+    "a computed handler": PRISTINE.replace(
+        "    if path.startswith(\"/\"):\n",
+        "    try:\n        deep = normalize(path, when)\n    except (ValueError, TypeError)[1]:\n"
+        "        deep = False\n    if path.startswith(\"/\") and deep:\n"),
     "a bare except": PRISTINE.replace(
         "    if path.startswith(\"/\"):\n",
         "    try:\n        deep = normalize(path, when)\n    except:\n"
@@ -158,6 +173,13 @@ def test_a_new_handler_that_catches_recursion_is_refused(name: str) -> None:
     """Recursing to the limit and catching RecursionError through a base class measures
     how much stack a call has: the checks' room is drawn, a real caller's is not."""
     assert "builtin" in _rules(STACK_PROBES[name]), name
+
+
+def test_raising_a_broad_exception_passes() -> None:
+    changed = PRISTINE.replace("        path = path[1:]\n",
+                               "        path = path[1:]\n        if not path:\n"
+                               "            raise RuntimeError('empty path')\n")
+    assert _rules(changed) == []
 
 
 def test_a_handler_for_the_expected_exception_passes() -> None:

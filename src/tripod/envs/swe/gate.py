@@ -68,6 +68,7 @@ import codecs
 import copy
 import difflib
 import io
+import re
 import string
 import tokenize
 from collections import Counter
@@ -341,9 +342,19 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
     if isinstance(node, ast.ExceptHandler):
         caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
         for exc in caught:
-            name = "a bare `except:`" if exc is None else ast.unparse(exc)
-            if exc is None or name.rpartition(".")[2] in _BROAD_EXCEPTIONS:
-                yield ("broad", name), line
+            if exc is None:
+                yield ("broad", "a bare `except:`"), line
+            elif not isinstance(exc, (ast.Name, ast.Attribute)):
+                yield ("broad", f"`{ast.unparse(exc)[:40]}` (an exception class that is not "
+                                "named)"), line
+    if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
+            and node.id in _BROAD_EXCEPTIONS and not _raised(node, parents):
+        # caught, aliased (`caught = Exception; except caught:`) or handed on: anything but
+        # `raise RuntimeError(...)`
+        yield ("broad", f"`{node.id}`"), line
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+            _locale_format(node, parents):
+        yield ("environment", f"the locale, through the format {node.value[:30]!r}"), line
     if isinstance(node, ast.ExceptHandler) and node.name or isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
         yield ("store", node.name), line
     elif isinstance(node, ast.MatchClass):
@@ -427,6 +438,40 @@ def _environment(node: ast.AST, imports: dict[str, str]) -> str | None:
                                or module.split(".")[0] in _WORLD_MODULES):
         return f"{module}.{node.attr}"
     return None
+
+
+def _raised(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
+    """Whether a name is raised (``raise X``, ``raise X(...)``), not caught or handed on."""
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.Call) and parent.func is node:
+        node, parent = parent, parents.get(id(parent))
+    return isinstance(parent, ast.Raise) and parent.exc is node
+
+
+_LOCALE_SPEC = re.compile(r"(?:^|:)[^{}:]*n$")
+_LOCALE_TEMPLATE = re.compile(r"\{[^{}]*:[^{}]*n\}")
+_LOCALE_DIRECTIVE = re.compile(r"%[aAbBcpxX]")
+
+
+def _locale_format(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
+    """Whether a string constant formats through the process locale: the ``n`` presentation
+    type (``format(x, "n")``, ``f"{x:n}"``, ``"{:n}".format(x)``) or a strftime directive
+    that names days, months, AM/PM or the locale's date (``%a``, ``%B``, ``%p``, ``%c``...).
+    Tests and checks run in one locale; a user's may differ."""
+    text = node.value
+    parent = parents.get(id(node))
+    if isinstance(parent, ast.JoinedStr) and isinstance(parents.get(id(parent)),
+                                                         ast.FormattedValue):
+        return text.endswith("n")                     # an f-string's format spec
+    if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) \
+            and parent.func.id == "format" and node in parent.args[1:2]:
+        return text.endswith("n")
+    if isinstance(parent, ast.Call) and node in parent.args and _LOCALE_DIRECTIVE.search(text):
+        callee = parent.func.attr if isinstance(parent.func, ast.Attribute) else \
+            getattr(parent.func, "id", None)
+        if callee == "strftime":
+            return True
+    return bool(_LOCALE_TEMPLATE.search(text))
 
 
 def _reflective_use(node: ast.AST, parents: dict[int, ast.AST]) -> str:
@@ -1253,9 +1298,9 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
         return ("state", f"`{value}`, a project function that changes module-level state "
                 "(itself or through what it calls): called anew, it can count calls")
     if role == "broad":
-        return ("builtin", f"a new handler for {value if value.startswith('a ') else f'`{value}`'}"
-                ", which catches RecursionError and MemoryError: it can measure how deep a "
-                "call runs or what it may allocate (catch the exception the fix expects)")
+        return ("builtin", f"{value} used other than raised: as a handler it catches "
+                "RecursionError and MemoryError, which measure how deep a call runs or what "
+                "it may allocate (catch the exception the fix expects)")
     if role == "decorator":
         name = value.split("(")[0]
         if name in _PLAIN_DECORATORS or name.endswith((".setter", ".getter", ".deleter")):
