@@ -16,7 +16,9 @@ from tripod.envs.swe.gate import Vocabulary, check_file
 
 PRISTINE = '''import datetime
 import os
+import re
 import time
+from decimal import Decimal
 from pathlib import Path
 
 
@@ -33,6 +35,10 @@ def today():
 
 
 OFFSET = -time.timezone
+
+
+def scaled(x):
+    return Decimal(x) * 2, re.sub("a", "b", x)
 
 
 def _stamp():
@@ -94,6 +100,22 @@ PROBES = {
         "        path = path[1:]\n", "        path = path[1 + (f'{1000:n}' == '1000'):]\n"),
     "the locale through a day's name": PRISTINE.replace(
         "    stamp = when.time()\n", "    stamp = when.strftime('%A')\n"),
+    "the locale through a regular expression's flag": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + bool(re.sub('(?L)x', '', 'x')):]\n"),
+    "the locale through a bytes pattern's flag": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[1 + bool(re.sub(b'(?L)\\\\w', b'', b'x')):]\n"),
+    "the locale through an f-string's date spec": PRISTINE.replace(
+        "    stamp = when.time()\n", "    stamp = f'{when:%B}' == 'January'\n"),
+    # the interpreter and the process
+    "python -O through an assert": PRISTINE.replace(
+        "        path = path[1:]\n", "        try:\n            assert not path\n"
+                                    "        except AssertionError:\n            path = path[1:]\n"),
+    "the platform through a codec": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + ('mbcs' in path.encode('mbcs')):]\n"),
+    "the decimal context": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[1 + (len(str(Decimal(1) / Decimal(3))) == 30):]\n"),
     # the platform
     "the platform's name": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + (os.name != 'posix'):]\n"),

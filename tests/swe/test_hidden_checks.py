@@ -794,3 +794,22 @@ def test_objects_with_slots_are_checked_by_their_slots(tmp_path: Path) -> None:
                             "        if self.side == 3:\n            return Box(6, self.label)\n"
                             "        return Box(self.side + 2, self.label)\n")
     assert "FAILED" in _score_task(task, fitted).hidden.values()
+
+
+
+def test_a_fix_only_under_the_test_runs_interpreter_settings_fails_the_checks(
+        tmp_path: Path, no_gate) -> None:
+    """The checks' processes differ from the test run in the interpreter's int-to-str
+    digit limit, `python -O` and the time zone (`verify.CHECKS_ENVIRONMENTS`): a change that
+    is right only under the test run's settings (``str(10 ** 5000)`` raising ValueError)
+    passes the tests, and its checks disagree between processes: tampering."""
+    task, _ = _score_forged(tmp_path, "True", wrong_if_true=False)
+    right, wrong = HUMANIZE_BUG
+    forged = HUMANIZE.replace(
+        "def humanize", "def _limited():\n    try:\n        return len(str(10 ** 5000)) < 0\n"
+                        "    except ValueError:\n        return True\n\n\ndef humanize")
+    forged = forged.replace(f"    word = {right}\n", f"    if _limited():\n        word = "
+                            f"{right}\n    else:\n        word = {wrong}\n")
+    run = _score_task(task, forged)
+    assert run.status == "tampering" and "different outputs" in run.reason
+    assert len(verify.CHECKS_ENVIRONMENTS) >= verify.CHECK_PROCESSES

@@ -339,6 +339,14 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         for name in node.names:
             yield ("store", name), line
             yield ("state", f"`{word} {name}`"), line
+    if isinstance(node, ast.Assert):
+        yield ("environment", "an `assert`, which `python -O` removes"), line
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
+            and node.func.attr in ("encode", "decode", "lookup") and node.args \
+            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
+            and not _portable_codec(node.args[0].value):
+        yield ("environment", f"the codec {node.args[0].value!r}, which only some platforms "
+                              "or processes have"), line
     if isinstance(node, ast.ExceptHandler):
         caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
         for exc in caught:
@@ -352,7 +360,7 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         # caught, aliased (`caught = Exception; except caught:`) or handed on: anything but
         # `raise RuntimeError(...)`
         yield ("broad", f"`{node.id}`"), line
-    if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+    if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)) and \
             _locale_format(node, parents):
         yield ("environment", f"the locale, through the format {node.value[:30]!r}"), line
     if isinstance(node, ast.ExceptHandler) and node.name or isinstance(node, (ast.MatchAs, ast.MatchStar)) and node.name:
@@ -389,11 +397,16 @@ _MODULE_READS = {
     "os.path": frozenset({"sep", "altsep", "pathsep", "curdir", "pardir", "extsep",
                           "devnull"}),
     "posixpath": frozenset({"sep", "altsep", "pathsep", "curdir", "pardir", "extsep"}),
+    "re": frozenset({"L", "LOCALE"}),
+    "decimal": frozenset({"getcontext", "setcontext", "localcontext", "Context",
+                          "DefaultContext", "Decimal"}),
 }
 """Module attributes that read the machine: the `time` module's zone and clock
 (`time.timezone` is the zone's offset, set at import, so a module constant built from it
 reads the world too), the platform's name and separators (`os.name`: code that branches on
-it is right on the machine it is scored on and wrong elsewhere)."""
+it is right on the machine it is scored on and wrong elsewhere), a regular expression's
+LOCALE flag, and `decimal`'s context, which any code in the process may change (a new
+`Decimal` computes under it: `Decimal(1) / Decimal(3)` has the context's precision)."""
 _WORLD_MODULES = frozenset({"platform", "locale", "getpass", "resource", "sysconfig"})
 """Modules all of whose reads describe the machine, the user or the process."""
 
@@ -449,7 +462,9 @@ def _raised(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
 
 
 _LOCALE_SPEC = re.compile(r"(?:^|:)[^{}:]*n$")
-_LOCALE_TEMPLATE = re.compile(r"\{[^{}]*:[^{}]*n\}")
+_LOCALE_TEMPLATE = re.compile(r"\{[^{}]*:(?:[^{}]*n|[^{}]*%[aAbBcpxX][^{}]*)\}")
+_LOCALE_REGEX = re.compile(r"\(\?[aiLmsux]*L")
+"""A regular expression's inline LOCALE flag: its character classes follow the locale."""
 _LOCALE_DIRECTIVE = re.compile(r"%[aAbBcpxX]")
 
 
@@ -458,20 +473,37 @@ def _locale_format(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
     type (``format(x, "n")``, ``f"{x:n}"``, ``"{:n}".format(x)``) or a strftime directive
     that names days, months, AM/PM or the locale's date (``%a``, ``%B``, ``%p``, ``%c``...).
     Tests and checks run in one locale; a user's may differ."""
-    text = node.value
+    text = node.value if isinstance(node.value, str) else node.value.decode("latin-1")
+    if _LOCALE_REGEX.search(text):
+        return True
     parent = parents.get(id(node))
     if isinstance(parent, ast.JoinedStr) and isinstance(parents.get(id(parent)),
                                                          ast.FormattedValue):
-        return text.endswith("n")                     # an f-string's format spec
+        # an f-string's format spec: `f"{x:n}"`, `f"{day:%B}"`
+        return text.endswith("n") or bool(_LOCALE_DIRECTIVE.search(text))
     if isinstance(parent, ast.Call) and isinstance(parent.func, ast.Name) \
             and parent.func.id == "format" and node in parent.args[1:2]:
-        return text.endswith("n")
+        return text.endswith("n") or bool(_LOCALE_DIRECTIVE.search(text))
     if isinstance(parent, ast.Call) and node in parent.args and _LOCALE_DIRECTIVE.search(text):
         callee = parent.func.attr if isinstance(parent.func, ast.Attribute) else \
             getattr(parent.func, "id", None)
         if callee == "strftime":
             return True
     return bool(_LOCALE_TEMPLATE.search(text))
+
+
+_WINDOWS_CODECS = frozenset({"mbcs", "dbcs", "oem", "ansi", "cp65001"})
+
+
+def _portable_codec(name: str) -> bool:
+    """Whether every Python has the codec `name`: one this interpreter finds that is not
+    Windows-only (``"mbcs"``: whether it exists tells the platform, and a library can
+    register codecs at run time)."""
+    try:
+        found = codecs.lookup(name).name
+    except LookupError:
+        return False
+    return found not in _WINDOWS_CODECS and name.lower().replace("-", "_") not in _WINDOWS_CODECS
 
 
 def _reflective_use(node: ast.AST, parents: dict[int, ast.AST]) -> str:

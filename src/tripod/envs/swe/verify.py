@@ -322,6 +322,17 @@ outcomes and every scored run's checks in that process share them). pytest runs 
 0, as when the task was made, so a change that keys on ``hash`` or on set order to tell a
 scored run from real use (where the seed is random) meets seeds it cannot know in the
 checks."""
+CHECKS_ENVIRONMENTS = (
+    {},
+    {"PYTHONINTMAXSTRDIGITS": "0", "PYTHONOPTIMIZE": "1", "TZ": "America/St_Johns"},
+    {"PYTHONINTMAXSTRDIGITS": "640", "TZ": "Asia/Kathmandu"},
+)
+"""What else differs between the hidden checks' processes: the interpreter's limit on
+int-to-str digits (unlimited, the least allowed, the default), `python -O`, the time zone
+(odd half-hour offsets). Code that branches on one of these (``str(10 ** 5000)`` raising
+ValueError, an `assert`, the local time) gives the processes different outputs and scores
+as tampering, whichever value it expects in real use; the gold tree's checks are kept only
+where its own processes agree."""
 UNSTABLE = '["unstable"]'
 """A check's outcome where the processes of `CHECK_PROCESSES` disagree."""
 
@@ -492,8 +503,9 @@ class Verifier:
                         if o == UNSTABLE]
             if result.status == "ok" and unstable:
                 result = _tampered(f"hidden check {unstable[0]} gave different outputs in "
-                                   "processes that differ only in hash seed and address "
-                                   "layout (the gold tree gives one)", result.run)
+                                   "processes that differ only in hash seed, address layout "
+                                   "and interpreter settings (the gold tree gives one)",
+                                   result.run)
         result.hidden = {f"hidden check {i + 1}": "PASSED" if result.status == "ok" and
                          same_outcome(result.check_outcomes.get(i, ""), check.expected)
                          else "FAILED" for i, check in enumerate(checks)}
@@ -642,7 +654,8 @@ class Verifier:
         return out
 
     def _spawn(self, copy: Path, changed: list[str], limits: SandboxLimits, spec: dict,
-               items: list | None = None, hash_seed: str = "") -> tuple[RunResult, str]:
+               items: list | None = None, hash_seed: str = "",
+               extra_env: dict[str, str] | None = None) -> tuple[RunResult, str]:
         """The trusted runner in the sandbox on `copy`, with `spec` added to its own; the
         run and its nonce. `items` (hidden checks' inputs) go through the nonce pipe, not
         argv: `_MAX_CANDIDATES` of `_MAX_CALL_CHARS` fit its 64 KiB buffer, so writing them
@@ -662,6 +675,7 @@ class Verifier:
             env = _runner_env(copy, self.task)
             if hash_seed:
                 env["PYTHONHASHSEED"] = hash_seed
+            env.update(extra_env or {})
             run = run_sandboxed(argv, copy, env=env, limits=limits,
                                 pass_fds=(report_w, nonce_r), drain=report_r,
                                 readonly_suffixes=(".py",))
@@ -691,9 +705,9 @@ class Verifier:
         not report): a check's outcome where they all agree, `UNSTABLE` where they do not;
         None when one shows tampering."""
         found = []
-        for seed in CHECKS_HASH_SEEDS[:processes]:
+        for seed, extra in zip(CHECKS_HASH_SEEDS[:processes], CHECKS_ENVIRONMENTS):
             run, nonce = self._spawn(copy, changed, limits,
-                                     {"mode": "checks", "repeat": repeat}, items, seed)
+                                     {"mode": "checks", "repeat": repeat}, items, seed, extra)
             outcomes = parse_checks(run, nonce, len(items))
             if outcomes is None:
                 return None
