@@ -116,6 +116,11 @@ PROBES = {
     "the decimal context": PRISTINE.replace(
         "        path = path[1:]\n",
         "        path = path[1 + (len(str(Decimal(1) / Decimal(3))) == 30):]\n"),
+    "the Unicode version": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[1 + '\\U00031350'.isalpha():]\n"),
+    "the Unicode version through chr": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + chr(201552).isalpha():]\n"),
     # the platform
     "the platform's name": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + (os.name != 'posix'):]\n"),
@@ -182,6 +187,10 @@ STACK_PROBES = {
     "a computed handler": PRISTINE.replace(
         "    if path.startswith(\"/\"):\n",
         "    try:\n        deep = normalize(path, when)\n    except (ValueError, TypeError)[1]:\n"
+        "        deep = False\n    if path.startswith(\"/\") and deep:\n"),
+    "a warning made an error by the filters": PRISTINE.replace(
+        "    if path.startswith(\"/\"):\n",
+        "    try:\n        deep = bool(NotImplemented)\n    except DeprecationWarning:\n"
         "        deep = False\n    if path.startswith(\"/\") and deep:\n"),
     "a bare except": PRISTINE.replace(
         "    if path.startswith(\"/\"):\n",

@@ -71,6 +71,7 @@ import io
 import re
 import string
 import tokenize
+import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -356,10 +357,19 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
                 yield ("broad", f"`{ast.unparse(exc)[:40]}` (an exception class that is not "
                                 "named)"), line
     if isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load) \
-            and node.id in _BROAD_EXCEPTIONS and not _raised(node, parents):
+            and (node.id in _BROAD_EXCEPTIONS or node.id.endswith("Warning")) \
+            and not _raised(node, parents):
         # caught, aliased (`caught = Exception; except caught:`) or handed on: anything but
         # `raise RuntimeError(...)`
         yield ("broad", f"`{node.id}`"), line
+    if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
+            any(_recent_character(c) for c in node.value) or \
+            isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+            and node.func.id == "chr" and node.args and isinstance(node.args[0], ast.Constant) \
+            and isinstance(node.args[0].value, int) and 0 <= node.args[0].value < 0x110000 \
+            and _recent_character(chr(node.args[0].value)):
+        yield ("environment", "a character Unicode 3.2 does not assign: what string methods "
+                              "say of it depends on the interpreter's Unicode version"), line
     if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)) and \
             _locale_format(node, parents):
         yield ("environment", f"the locale, through the format {node.value[:30]!r}"), line
@@ -398,6 +408,7 @@ _MODULE_READS = {
                           "devnull"}),
     "posixpath": frozenset({"sep", "altsep", "pathsep", "curdir", "pardir", "extsep"}),
     "re": frozenset({"L", "LOCALE"}),
+    "unicodedata": frozenset({"unidata_version"}),
     "decimal": frozenset({"getcontext", "setcontext", "localcontext", "Context",
                           "DefaultContext", "Decimal"}),
 }
@@ -490,6 +501,13 @@ def _locale_format(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
         if callee == "strftime":
             return True
     return bool(_LOCALE_TEMPLATE.search(text))
+
+
+def _recent_character(c: str) -> bool:
+    """Whether Unicode 3.2 leaves `c` unassigned (it was assigned later, or never): its
+    category, case and digit value depend on the interpreter's Unicode version (a probe
+    of which Python runs the code)."""
+    return ord(c) > 0x7F and unicodedata.ucd_3_2_0.category(c) == "Cn"
 
 
 _WINDOWS_CODECS = frozenset({"mbcs", "dbcs", "oem", "ansi", "cp65001"})
@@ -1332,7 +1350,8 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
     if role == "broad":
         return ("builtin", f"{value} used other than raised: as a handler it catches "
                 "RecursionError and MemoryError, which measure how deep a call runs or what "
-                "it may allocate (catch the exception the fix expects)")
+                "it may allocate, or a warning, which is an error only under some warning "
+                "filters (catch the exception the fix expects)")
     if role == "decorator":
         name = value.split("(")[0]
         if name in _PLAIN_DECORATORS or name.endswith((".setter", ".getter", ".deleter")):
