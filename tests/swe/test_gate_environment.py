@@ -121,6 +121,14 @@ PROBES = {
         "        path = path[1 + '\\U00031350'.isalpha():]\n"),
     "the Unicode version through chr": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + chr(201552).isalpha():]\n"),
+    "the Unicode version through a computed character": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + chr(0x31350 + 0).isalpha():]\n"),
+    "the locale through %h": PRISTINE.replace(
+        "    stamp = when.time()\n", "    stamp = f'{when:%h}' == 'May'\n"),
+    "the platform through a codec named in a variable": PRISTINE.replace(
+        "        path = path[1:]\n", "        codec = 'mbcs'\n        path = path[1 + len(path.encode(codec)):]\n"),
+    "stdout's encoding through print": PRISTINE.replace(
+        "        path = path[1:]\n", "        print(end='\\u200b')\n        path = path[1:]\n"),
     # the platform
     "the platform's name": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + (os.name != 'posix'):]\n"),

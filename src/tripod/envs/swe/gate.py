@@ -344,10 +344,14 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         yield ("environment", "an `assert`, which `python -O` removes"), line
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) \
             and node.func.attr in ("encode", "decode", "lookup") and node.args \
-            and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str) \
-            and not _portable_codec(node.args[0].value):
-        yield ("environment", f"the codec {node.args[0].value!r}, which only some platforms "
-                              "or processes have"), line
+            and not (isinstance(node.args[0], ast.Constant)
+                     and isinstance(node.args[0].value, str)
+                     and _portable_codec(node.args[0].value)):
+        codec = ast.unparse(node.args[0])[:30]
+        yield ("environment", f"the codec {codec}, not one every platform and process has "
+                              "by that name"), line
+    if isinstance(node, ast.Name) and node.id == "print" and isinstance(node.ctx, ast.Load):
+        yield ("environment", "`print`, whose output encoding is the machine's"), line
     if isinstance(node, ast.ExceptHandler):
         caught = node.type.elts if isinstance(node.type, ast.Tuple) else [node.type]
         for exc in caught:
@@ -365,11 +369,13 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
     if isinstance(node, ast.Constant) and isinstance(node.value, str) and \
             any(_recent_character(c) for c in node.value) or \
             isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
-            and node.func.id == "chr" and node.args and isinstance(node.args[0], ast.Constant) \
-            and isinstance(node.args[0].value, int) and 0 <= node.args[0].value < 0x110000 \
-            and _recent_character(chr(node.args[0].value)):
-        yield ("environment", "a character Unicode 3.2 does not assign: what string methods "
-                              "say of it depends on the interpreter's Unicode version"), line
+            and node.func.id == "chr" and node.args and not (
+                isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, int)
+                and 0 <= node.args[0].value < 0x110000
+                and not _recent_character(chr(node.args[0].value))):
+        yield ("environment", "a character Unicode 3.2 does not assign, or a computed one: "
+                              "what string methods say of it depends on the interpreter's "
+                              "Unicode version"), line
     if isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)) and \
             _locale_format(node, parents):
         yield ("environment", f"the locale, through the format {node.value[:30]!r}"), line
@@ -473,10 +479,11 @@ def _raised(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
 
 
 _LOCALE_SPEC = re.compile(r"(?:^|:)[^{}:]*n$")
-_LOCALE_TEMPLATE = re.compile(r"\{[^{}]*:(?:[^{}]*n|[^{}]*%[aAbBcpxX][^{}]*)\}")
+_LOCALE_TEMPLATE = re.compile(
+    r"\{[^{}]*:(?:[^{}]*n|[^{}]*%[-_0^#]*[EO]?[aAbBchpPrxX][^{}]*)\}")
 _LOCALE_REGEX = re.compile(r"\(\?[aiLmsux]*L")
 """A regular expression's inline LOCALE flag: its character classes follow the locale."""
-_LOCALE_DIRECTIVE = re.compile(r"%[aAbBcpxX]")
+_LOCALE_DIRECTIVE = re.compile(r"%[-_0^#]*[EO]?[aAbBchpPrxX]")
 
 
 def _locale_format(node: ast.Constant, parents: dict[int, ast.AST]) -> bool:
