@@ -97,7 +97,8 @@ HONEST = {
     "type checked": "def _f(x):\n    return isinstance(x, type)\n",
     "type in a message": "def _f(x):\n    raise TypeError('got %s' % type(x))\n",
     "literal format": "def _f(x):\n    return '{} of {:>4}'.format(x, x)\n",
-    "a local named id": "def _f(xs):\n    for id in xs:\n        print(id)\n",
+    "a local named id": "def _f(xs):\n    total = 0\n    for id in xs:\n"
+                        "        total += id\n    return total\n",
 }
 
 
