@@ -166,6 +166,9 @@ ALLOWED = {
     "a number added to a parameter": PRISTINE.replace(
         "def apply(word):\n", "def _next(n):\n    n += 1\n    return n\n\n\n"
                               "def apply(word):\n"),
+    "a running total of a loop": PRISTINE.replace(
+        "    out = []\n", "    out = []\n    total = 0\n    for c in word:\n"
+                         "        total += len(word)\n"),
     "a sum kept in a local": PRISTINE.replace(
         "    out = []\n", "    out = []\n    total = len(word)\n    total += len(out)\n"),
     "a first item of a new iterator": PRISTINE.replace(

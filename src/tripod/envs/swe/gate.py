@@ -904,7 +904,9 @@ def _owned_names(function: ast.FunctionDef | ast.AsyncFunctionDef) -> frozenset[
         if isinstance(node, (ast.Global, ast.Nonlocal)):
             shared.update(node.names)
         value = getattr(node, "value", None)
-        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+        # (an augmented assignment keeps its target's object, or makes a new number or
+        # string: `total += x` leaves `total = 0` the call's own)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             fresh = isinstance(value, _FRESH) or (
                 isinstance(value, ast.Call) and isinstance(value.func, ast.Name)
