@@ -93,3 +93,16 @@ def calc_task(calc_source: Path) -> SweTask:
         FAIL_TO_PASS=list(F2P), PASS_TO_PASS=list(P2P), difficulty="easy",
         workspace=WorkspaceSpec(kind="local", source=str(calc_source),
                                 setup_patch=make_patch("calc/__init__.py", CALC, BUGGY)))
+
+
+def gate_rules(text: str, source: str) -> list[str]:
+    """The rules the gate's refusals of `text`, a changed version of the module `source`,
+    name (the project being that one module)."""
+    import ast
+
+    from tripod.envs.swe.gate import Vocabulary, check_file
+
+    pristine = ast.parse(source)
+    vocab = Vocabulary()
+    vocab.learn(pristine)
+    return [r.rule for r in check_file("m.py", pristine, text.encode(), vocab)]

@@ -12,7 +12,9 @@ import ast
 
 import pytest
 
-from tripod.envs.swe.gate import Vocabulary, check_file
+from tripod.envs.swe.gate import Vocabulary, added_features, check_file
+
+from .conftest import gate_rules
 
 PRISTINE = '''import datetime
 import os
@@ -148,10 +150,7 @@ ALLOWED = {
 
 
 def _rules(text: str) -> list[str]:
-    pristine = ast.parse(PRISTINE)
-    vocab = Vocabulary()
-    vocab.learn(pristine)
-    return [r.rule for r in check_file("m.py", pristine, text.encode(), vocab)]
+    return gate_rules(text, PRISTINE)
 
 
 @pytest.mark.parametrize("name", sorted(PROBES))
@@ -168,7 +167,6 @@ def test_the_gold_fixs_own_read_is_allowed() -> None:
     """A read the gold patch adds is the fix's: the gate allows what the gold adds."""
     from collections import Counter
 
-    from tripod.envs.swe.gate import added_features
 
     pristine = ast.parse(PRISTINE)
     vocab = Vocabulary()

@@ -8,16 +8,14 @@ module-level container; editing a statement that already does one of these stays
 
 from __future__ import annotations
 
-import ast
-
 import pytest
 
 from tripod.envs.swe.env import SweEnv, SweEnvConfig
-from tripod.envs.swe.gate import Gate, Vocabulary, check_file
+from tripod.envs.swe.gate import Gate
 from tripod.envs.swe.sandbox import SandboxLimits
 from tripod.envs.swe.task import SweTask
 
-from .conftest import BUGGY, CALC
+from .conftest import BUGGY, CALC, gate_rules
 
 PRISTINE = '''RULES = []
 
@@ -361,10 +359,7 @@ def test_an_objects_own_state_stays_allowed() -> None:
 
 
 def _rules(text: str, source: str = PRISTINE) -> list[str]:
-    pristine = ast.parse(source)
-    vocab = Vocabulary()
-    vocab.learn(pristine)
-    return [r.rule for r in check_file("m.py", pristine, text.encode(), vocab)]
+    return gate_rules(text, source)
 
 
 @pytest.mark.parametrize("name", sorted(COUNTERS))

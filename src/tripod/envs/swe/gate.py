@@ -620,7 +620,6 @@ def _units(tree: ast.AST) -> list[_Unit]:
     """Every statement of the module, in source order."""
     out: list[_Unit] = []
     module_names = _module_bindings(tree)
-    stateful = _stateful_functions(tree, module_names)
     module_shared = _shared_names(tree)
     imports = _imports(tree)
 
@@ -639,7 +638,7 @@ def _units(tree: ast.AST) -> list[_Unit]:
                      if role == "reflect" else ((role, value), line)
                      for n in nodes for (role, value), line in _features(n, parents)]
             feats += _state_features(node, nodes, scope, module_names, owned, in_class,
-                                     stateful, shared, self_fresh)
+                                     shared, self_fresh)
             feats += [(("environment", what), getattr(n, "lineno", 0)) for n in nodes
                       if (what := _environment(n, imports))]
             inner, mine, inner_owned, inner_class = scope, special, owned, in_class
@@ -970,27 +969,9 @@ def _scope_bindings(node: ast.AST, header: list[ast.AST]) -> set[str]:
     return names
 
 
-def _stateful_functions(tree: ast.AST, module_names: frozenset[str]) -> frozenset[str]:
-    """The module's top-level functions that change its module-level state themselves: a
-    ``global`` statement, or a store into or a mutating method of a module-level name
-    (inflection's ``_irregular`` inserts into ``PLURALS``). A new call of one is a
-    counter's way to grow shared state without naming it."""
-    out = set()
-    for fn in tree.body if isinstance(tree, ast.Module) else []:
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            continue
-        for sub in ast.walk(fn):
-            changes = isinstance(sub, (ast.Subscript, ast.Attribute)) and (
-                not isinstance(sub.ctx, ast.Load) or getattr(sub, "attr", "") in _MUTATORS)
-            if isinstance(sub, ast.Global) or (changes and _root(sub.value) in module_names):
-                out.add(fn.name)
-    return frozenset(out)
-
-
 def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...],
                     module_names: frozenset[str], owned: frozenset[str] | None,
-                    in_class: bool, stateful: frozenset[str] = frozenset(),
-                    shared: frozenset[str] = frozenset(),
+                    in_class: bool, shared: frozenset[str] = frozenset(),
                     self_fresh: frozenset[str] | None = None
                     ) -> list[tuple[Feature, int]]:
     """State that outlives a call, which a statement creates or changes: a name bound at
@@ -1088,11 +1069,9 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
             not isinstance(sub.ctx, ast.Load)
         mutator = isinstance(sub, ast.Attribute) and sub.attr in _MUTATORS
         receiver = sub.value if stored or mutator else None
+        # (a new call of a project function that changes module-level state is judged by
+        # name against `Vocabulary.stateful`)
         if receiver is None:
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Name) \
-                    and sub.func.id in stateful:
-                out.append((("state", f"calls `{sub.func.id}`, which changes module-level "
-                                      "state"), getattr(sub, "lineno", line)))
             continue
         root = _root(receiver)
         # the call's own: an owned name itself (`s.append`), the instance itself, or what
@@ -1315,6 +1294,20 @@ def _special(name: str) -> bool:
     return _dunder(name)
 
 
+_PROJECT_FACTS = (
+    ("worldly", "environment", "a project function that reads the clock, the file system, the "
+     "process or randomness: a fix's result depends on its inputs"),
+    ("stateful", "state", "a project function that changes module-level state (itself or "
+     "through what it calls): called anew, it can count calls"),
+    ("worldly_names", "environment", "a module-level value read from the machine at import "
+     "(its time zone, clock or files): a fix's result depends on its inputs"),
+    ("runtime_state", "state", "module-level state the project changes at run time (a "
+     "cache's size counts the keys it has seen)"),
+)
+"""What the gate learns about the project (`Vocabulary`) that makes a new use of a name or
+attribute a refusal: (the set, the rule, why)."""
+
+
 def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
     """(rule, why) if a new use of `feature` is refused, else None."""
     role, value = feature
@@ -1350,12 +1343,10 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
         return "dunder", f"`{value}`"
     if role in _BINDING_ROLES and value in _DENIED_NAMES:
         return "denied", f"`{value}`" + ("" if role == "name" else f" ({role})")
-    if role in ("name", "attr") and value in vocab.worldly:
-        return ("environment", f"`{value}`, a project function that reads the clock, the file "
-                "system, the process or randomness: a fix's result depends on its inputs")
-    if role in ("name", "attr") and value in vocab.stateful:
-        return ("state", f"`{value}`, a project function that changes module-level state "
-                "(itself or through what it calls): called anew, it can count calls")
+    if role in ("name", "attr"):
+        for known, rule, why in _PROJECT_FACTS:
+            if value in getattr(vocab, known):
+                return rule, f"`{value}`, {why}"
     if role == "broad":
         return ("builtin", f"{value} used other than raised: as a handler it catches "
                 "RecursionError and MemoryError, which measure how deep a call runs or what "
@@ -1373,12 +1364,6 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
                     "changes what it is handed (a module-level function's attributes, a "
                     "registry): called anew, it can count calls")
         return None
-    if role in ("name", "attr") and value in vocab.worldly_names:
-        return ("environment", f"`{value}`, a module-level value read from the machine at "
-                "import (its time zone, clock or files): a fix's result depends on its inputs")
-    if role in ("name", "attr") and value in vocab.runtime_state:
-        return ("state", f"reads `{value}`, module-level state the project changes at run "
-                "time (a cache's size counts the keys it has seen)")
     if role in ("name", "attr") and value in vocab.reflective:
         return ("denied", f"`{value}`, a project function that reaches attributes or modules "
                 "named by its arguments")
