@@ -136,6 +136,24 @@ PROBES = {
         "        path = path[1:]\n", "        path = path[1 + (os.name != 'posix'):]\n"),
     "the platform's separator": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + (os.path.sep != '/'):]\n"),
+    # the interpreter's version, through what it computes from literals alone
+    "the version through float summation": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + int(sum((1e100, 1.0, -1e100))):]\n"),
+    "the version through summation of a local": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        terms = (1e100, 1.0, -1e100)\n        big = terms\n"
+        "        path = path[1 + int(sum(big)):]\n"),
+    "the version through summation of a generator": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[1 + int(sum(t for t in (1e100, 1.0, -1e100) if t)):]\n"),
+    "the version through summation handed to map": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[1 + int(list(map(sum, [(1e100, 1.0, -1e100)]))[0]):]\n"),
+    "the Unicode tables through a literal's case": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + ('\\u01c5'.upper() == 'X'):]\n"),
+    "the Unicode tables through a method handed on": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[1 + (sorted(('\\u01c5', 'a'), key=str.lower)[0] == 'a'):]\n"),
 }
 ALLOWED = {
     "an existing read, edited": PRISTINE.replace(
@@ -146,6 +164,19 @@ ALLOWED = {
         "        return self.root\n", "        return self.root if self.walk else None\n"),
     "a fix without a read": PRISTINE.replace("        path = path[1:]\n",
                                              "        path = path[2:]\n"),
+    # computations on the inputs, and values the interpreter builds alike everywhere
+    "a sum of the inputs": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[1 + sum(map(len, path)):]\n"),
+    "a sum of a list the call fills": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        sizes = []\n        sizes.append(len(path))\n"
+        "        path = path[sum(sizes) - 1:]\n"),
+    "a case-blind sort of the inputs": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = ''.join(sorted(path, key=str.lower))\n"),
+    "a literal's length, infinity, an error": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[len('/'):] if len(path) < float('inf') else None\n"
+        "        if path is None:\n            raise ValueError('too long')\n"),
 }
 
 

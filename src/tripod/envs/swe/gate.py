@@ -70,6 +70,7 @@ import difflib
 import io
 import re
 import string
+import sys
 import tokenize
 import unicodedata
 from collections import Counter
@@ -470,6 +471,175 @@ def _environment(node: ast.AST, imports: dict[str, str]) -> str | None:
     return None
 
 
+_PURE_ON_LITERALS = frozenset({
+    "len", "min", "max", "sorted", "any", "all", "abs", "round", "divmod", "ord", "repr",
+    "ascii", "hex", "oct", "bin", "bool", "int", "float", "str", "bytes", "bytearray",
+    "complex", "tuple", "list", "set", "frozenset", "dict", "range", "slice", "reversed",
+    "enumerate", "zip", "map", "filter", "iter", "next", "object", "isinstance",
+    "issubclass", "format", "timedelta", "date", "datetime", "Decimal", "Fraction",
+    "namedtuple", "OrderedDict", "defaultdict", "deque", "Counter",
+    "join", "replace", "startswith", "endswith", "count", "find", "rfind", "index", "rindex",
+    "partition", "rpartition", "split", "rsplit", "strip", "lstrip", "rstrip", "zfill",
+    "ljust", "rjust", "center", "removeprefix", "removesuffix", "keys", "values", "items",
+    "get", "copy", "append", "extend", "insert", "add", "update", "setdefault", "pop",
+    "popitem", "remove", "discard", "clear", "sort", "reverse"})
+"""Callables whose result on literal arguments is the same on every CPython since 3.8 and
+on every platform: containers, integer arithmetic, strings as sequences of code points, the
+standard library's value types. Anything else called on literals alone (`sum`, whose float
+rounding changed in 3.12; `math` on the platform's libm; a string's case or category on the
+interpreter's Unicode tables; a codec) computes a fact of the interpreter."""
+_UNICODE_METHODS = frozenset({
+    "upper", "lower", "title", "casefold", "capitalize", "swapcase", "isalpha", "isdigit",
+    "isnumeric", "isdecimal", "isalnum", "isspace", "isprintable", "isidentifier",
+    "isupper", "islower", "istitle", "encode", "decode", "expandtabs", "splitlines",
+    "translate", "maketrans", "format_map"})
+"""String methods that read the interpreter's Unicode tables or codecs: on a literal, or
+handed on as ``str.upper``, their result is a fact of the interpreter."""
+_TYPE_NAMES = frozenset({"str", "bytes", "int", "float", "complex", "bool", "tuple",
+                         "frozenset"})
+
+
+@dataclass(frozen=True)
+class _Scope:
+    """What a scope binds, for `_input_free`: the names bound only to immutable literals
+    (``probe = (1e100, 1.0, -1e100)``), and every name bound otherwise (parameters, loop
+    targets, definitions, imports, names bound to containers it may fill)."""
+
+    literal: frozenset[str] = frozenset()
+    bound: frozenset[str] = frozenset()
+
+
+_MUTABLE_DISPLAYS = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+
+
+def _scope(node: ast.AST, outer: _Scope = _Scope(), imports: dict[str, str] | None = None
+           ) -> _Scope:
+    """The `_Scope` of a module or function (walked whole, nested functions included), in
+    `outer` (the module's, for a function)."""
+    values: dict[str, list[ast.AST]] = {}
+    simple: set[int] = set()
+    for n in ast.walk(node):
+        if isinstance(n, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) \
+                and getattr(n, "value", None) is not None:
+            for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
+                if isinstance(t, ast.Name):
+                    values.setdefault(t.id, []).append(n.value)
+                    simple.add(id(t))
+    other: set[str] = set()
+    for n in ast.walk(node):
+        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load) and id(n) not in simple:
+            other.add(n.id)
+        elif isinstance(n, ast.arg):
+            other.add(n.arg)
+        elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and n is not node:
+            other.add(n.name)
+        elif isinstance(n, (ast.Global, ast.Nonlocal)):
+            other.update(n.names)
+        elif isinstance(n, (ast.MatchAs, ast.MatchStar, ast.ExceptHandler)) and n.name:
+            other.add(n.name)
+    candidates = {n for n, vs in values.items() if n not in other
+                  and not any(isinstance(v, _MUTABLE_DISPLAYS) for v in vs)}
+    inherited = outer.literal - values.keys() - other
+    bound = outer.bound | other | values.keys()
+    names = set(candidates)
+    while True:   # the greatest set whose values are literal given the set itself
+        scope = _Scope(frozenset(names | inherited), frozenset(bound))
+        drop = {n for n in names
+                if not all(_input_free(v, scope, imports or {}) for v in values[n])}
+        if not drop:
+            return scope
+        names -= drop
+
+
+def _input_free(node: ast.AST | None, scope: _Scope, imports: dict[str, str]) -> bool:
+    """Whether `node` computes the same value in every call, from literals alone:
+    constants, the scope's literal names, builtins and the standard library's modules and
+    functions (`imports`: the module's top-level imports) not rebound, and containers,
+    operators, comprehensions, subscripts, attributes and calls of them."""
+    if node is None or isinstance(node, ast.Constant):
+        return True
+    if isinstance(node, ast.Name):
+        if node.id in scope.literal:
+            return True
+        if node.id in scope.bound:
+            return False
+        if node.id in imports:
+            return _stdlib(imports[node.id])
+        return hasattr(builtins, node.id)
+    if isinstance(node, (ast.GeneratorExp, ast.ListComp, ast.SetComp, ast.DictComp)):
+        inner = scope
+        for gen in node.generators:
+            if not _input_free(gen.iter, inner, imports):
+                return False
+            targets = {n.id for n in ast.walk(gen.target) if isinstance(n, ast.Name)}
+            inner = _Scope(inner.literal | targets, inner.bound - targets)
+        parts = [node.key, node.value] if isinstance(node, ast.DictComp) else [node.elt]
+        parts += [c for gen in node.generators for c in gen.ifs]
+        return all(_input_free(p, inner, imports) for p in parts)
+    if isinstance(node, (ast.Call, ast.Tuple, ast.List, ast.Set, ast.Dict, ast.UnaryOp,
+                         ast.BinOp, ast.BoolOp, ast.Compare, ast.IfExp, ast.Starred,
+                         ast.JoinedStr, ast.FormattedValue, ast.Subscript, ast.Slice,
+                         ast.Attribute, ast.keyword)):
+        return all(_input_free(c, scope, imports) for c in ast.iter_child_nodes(node)
+                   if isinstance(c, (ast.expr, ast.keyword)))
+    return False
+
+
+def _stdlib(module: str) -> bool:
+    return module.split(".")[0] in sys.stdlib_module_names
+
+
+def _callee(func: ast.AST) -> str:
+    """The last name of a called expression (``join`` for ``", ".join``)."""
+    return func.attr if isinstance(func, ast.Attribute) else \
+        func.id if isinstance(func, ast.Name) else ""
+
+
+def _impure(node: ast.AST, scope: _Scope, imports: dict[str, str]) -> bool:
+    """Whether a name or attribute, called or handed on, is a callable whose result on
+    literals is a fact of the interpreter: a builtin or standard-library function outside
+    `_PURE_ON_LITERALS`, or a method of `_UNICODE_METHODS`."""
+    if isinstance(node, ast.Attribute):
+        if node.attr in _UNICODE_METHODS:
+            return True
+        module = _module_path(node.value, imports)
+        return module is not None and _stdlib(module) and node.attr not in _PURE_ON_LITERALS
+    if isinstance(node, ast.Name) and node.id not in scope.literal \
+            and node.id not in scope.bound and node.id not in _PURE_ON_LITERALS:
+        if node.id in imports:
+            return _stdlib(imports[node.id])
+        value = getattr(builtins, node.id, None)   # a class builds a value: not a probe
+        return callable(value) and not isinstance(value, type)
+    return False
+
+
+def _literal_probe(node: ast.AST, scope: _Scope, imports: dict[str, str]) -> str | None:
+    """A call on literals alone that computes a fact of the interpreter, not of any input
+    (`_impure`): ``sum((1e100, 1.0, -1e100))`` is 0.0 before Python 3.12 and 1.0 from it,
+    so code could pick the fix on the interpreter it is scored on and keep the bug on
+    another; ``"\u01c5".isupper()`` and ``map(str.upper, ("\u01c5",))`` read the Unicode
+    tables of the interpreter's version, ``math.log(2)`` the platform's libm."""
+    if not isinstance(node, ast.Call) or not _input_free(node, scope, imports):
+        return None
+    method = isinstance(node.func, ast.Attribute) and not (
+        _module_path(node.func.value, imports) or isinstance(node.func.value, ast.Name)
+        and node.func.value.id in _TYPE_NAMES)
+    hit = None
+    if (node.args or node.keywords or method) and _impure(node.func, scope, imports):
+        hit = node.func
+    for arg in (*node.args, *(k.value for k in node.keywords)):
+        inner = list(ast.walk(arg))
+        heads = {id(n.func) for n in inner if isinstance(n, ast.Call)} \
+            | {id(n.value) for n in inner if isinstance(n, ast.Attribute)}
+        hit = hit or next((n for n in inner if isinstance(n, (ast.Name, ast.Attribute))
+                           and id(n) not in heads and _impure(n, scope, imports)), None)
+    if hit is None:
+        return None
+    return f"`{ast.unparse(hit)[:40]}` on literals alone, a fact of the interpreter (its " \
+        "version's arithmetic, libm or Unicode tables) that no input changes"
+
+
 def _raised(node: ast.AST, parents: dict[int, ast.AST]) -> bool:
     """Whether a name is raised (``raise X``, ``raise X(...)``), not caught or handed on."""
     parent = parents.get(id(node))
@@ -623,10 +793,13 @@ def _units(tree: ast.AST) -> list[_Unit]:
     module_shared = _shared_names(tree)
     imports = _imports(tree)
 
+    module_scope = _scope(tree, imports=imports)
+
     def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None,
               owned: frozenset[str] | None = None, in_class: bool = False,
               shared: frozenset[str] = module_shared,
-              self_fresh: frozenset[str] | None = None) -> None:
+              self_fresh: frozenset[str] | None = None,
+              literals: _Scope = module_scope) -> None:
         for node in nodes:
             bare = copy.copy(node)
             for name in _BLOCKS:
@@ -640,11 +813,13 @@ def _units(tree: ast.AST) -> list[_Unit]:
             feats += _state_features(node, nodes, scope, module_names, owned, in_class,
                                      shared, self_fresh)
             feats += [(("environment", what), getattr(n, "lineno", 0)) for n in nodes
-                      if (what := _environment(n, imports))]
+                      if (what := _environment(n, imports)
+                          or _literal_probe(n, literals, imports))]
             inner, mine, inner_owned, inner_class = scope, special, owned, in_class
-            inner_shared, inner_fresh = shared, self_fresh
+            inner_shared, inner_fresh, inner_literals = shared, self_fresh, literals
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = (*scope, node.name)
+                inner_literals = _scope(node, literals, imports)
                 inner_class = isinstance(node, ast.ClassDef)
                 inner_owned = None if inner_class else _owned_names(node)
                 if inner_class:
@@ -665,7 +840,8 @@ def _units(tree: ast.AST) -> list[_Unit]:
                 value = getattr(node, name, None)
                 if isinstance(value, list):
                     visit((v for v in value if isinstance(v, ast.AST)), inner, mine,
-                          inner_owned, inner_class, inner_shared, inner_fresh)
+                          inner_owned, inner_class, inner_shared, inner_fresh,
+                          inner_literals)
 
     visit(tree.body if isinstance(tree, ast.Module) else [tree], (), None)
     return out
