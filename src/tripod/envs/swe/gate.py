@@ -518,17 +518,17 @@ def _scope(node: ast.AST, outer: _Scope = _Scope(), imports: dict[str, str] | No
     `outer` (the module's, for a function)."""
     values: dict[str, list[ast.AST]] = {}
     simple: set[int] = set()
-    for n in ast.walk(node):
+    other: set[str] = set()
+    for n in ast.walk(node):   # parents come before their children
         if isinstance(n, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) \
                 and getattr(n, "value", None) is not None:
             for t in n.targets if isinstance(n, ast.Assign) else [n.target]:
                 if isinstance(t, ast.Name):
                     values.setdefault(t.id, []).append(n.value)
                     simple.add(id(t))
-    other: set[str] = set()
-    for n in ast.walk(node):
-        if isinstance(n, ast.Name) and not isinstance(n.ctx, ast.Load) and id(n) not in simple:
-            other.add(n.id)
+        elif isinstance(n, ast.Name):
+            if not isinstance(n.ctx, ast.Load) and id(n) not in simple:
+                other.add(n.id)
         elif isinstance(n, ast.arg):
             other.add(n.arg)
         elif isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
@@ -819,7 +819,8 @@ def _units(tree: ast.AST) -> list[_Unit]:
             inner_shared, inner_fresh, inner_literals = shared, self_fresh, literals
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 inner = (*scope, node.name)
-                inner_literals = _scope(node, literals, imports)
+                if not isinstance(node, ast.ClassDef):   # a class body's names are not
+                    inner_literals = _scope(node, literals, imports)   # its methods'
                 inner_class = isinstance(node, ast.ClassDef)
                 inner_owned = None if inner_class else _owned_names(node)
                 if inner_class:
