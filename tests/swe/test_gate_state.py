@@ -399,3 +399,33 @@ def test_a_fix_for_the_first_calls_only_is_refused(calc_task: SweTask, monkeypat
 
 def test_the_gold_fix_still_wins(calc_task: SweTask) -> None:
     assert _submit(calc_task, CALC).info.won
+
+
+HEAPED = '''import bisect
+import heapq
+
+LIMITS = [1, 5, 10]
+
+
+def smallest(items, n):
+    heap = []
+    for item in items:
+        heapq.heappush(heap, item)
+    bisect.insort(heap, n)
+    return heap[:n]
+'''
+
+
+@pytest.mark.parametrize("call", ["heapq.heappush(LIMITS, n)", "bisect.insort(LIMITS, n)",
+                                  "heapq.heapify(items)"])
+def test_a_library_function_that_changes_a_shared_argument_is_refused(call: str) -> None:
+    """`heapq.heappush(LIMITS, n)` grows a module-level list as `LIMITS.append(n)` does (a
+    parameter may be one too), with functions the project already uses."""
+    changed = HEAPED.replace("    return heap[:n]\n", f"    {call}\n    return heap[:n]\n")
+    assert "state" in _rules(changed, HEAPED), call
+
+
+def test_a_library_function_that_changes_the_calls_own_list_passes() -> None:
+    changed = HEAPED.replace("    bisect.insort(heap, n)\n",
+                             "    bisect.insort(heap, n)\n    heapq.heappush(heap, len(LIMITS))\n")
+    assert _rules(changed, HEAPED) == []

@@ -855,6 +855,14 @@ _MUTATORS = frozenset({"append", "extend", "insert", "add", "update", "setdefaul
                        "popleft", "rotate", "sort", "reverse", "intersection_update",
                        "difference_update", "symmetric_difference_update", "move_to_end"})
 """Methods that change a container in place."""
+_MUTATING_FUNCTIONS = frozenset({
+    "heappush", "heappop", "heapify", "heapreplace", "heappushpop", "insort", "insort_left",
+    "insort_right", "setitem", "delitem", "iadd", "iand", "iconcat", "ifloordiv", "ilshift",
+    "imod", "imul", "imatmul", "ior", "ipow", "irshift", "isub", "itruediv", "ixor",
+    "update_wrapper", "shuffle"})
+"""Standard-library functions that change their first argument in place (`heapq`, `bisect`,
+`operator`'s in-place forms, `functools.update_wrapper`): handed a module-level list, one
+counts calls as ``_SEEN.append(x)`` does."""
 
 
 def _module_bindings(tree: ast.AST) -> frozenset[str]:
@@ -1217,6 +1225,11 @@ def _state_features(node: ast.AST, header: list[ast.AST], scope: tuple[str, ...]
                               f"(`{ast.unparse(node)[:40]}`), which the call does not own"),
                     line))
     for sub in header:
+        if isinstance(sub, ast.Call) and _callee(sub.func) in _MUTATING_FUNCTIONS \
+                and sub.args and _shared_argument(sub.args[0], owned or frozenset()):
+            out.append((("state", f"hands `{ast.unparse(sub.args[0])[:40]}`, which the call "
+                                  f"does not own, to `{_callee(sub.func)}`, which changes its "
+                                  "first argument in place"), getattr(sub, "lineno", line)))
         if isinstance(sub, ast.Call) and any(
                 _shared_argument(a, owned) for a in (*sub.args, *(k.value for k in sub.keywords))):
             callee = sub.func
