@@ -56,7 +56,7 @@ BUGGY = CALC.replace("    if x > hi:\n        return hi\n", "    if x > hi:\n   
 F2P = ["tests/test_calc.py::test_clamp_high"]
 P2P = ["tests/test_calc.py::test_clamp_inside", "tests/test_calc.py::test_clamp_low",
        "tests/test_calc.py::test_mean", "tests/test_calc.py::test_total"]
-HIDDEN = 8
+HIDDEN = 13
 """Hidden checks of the calc task (`verify.HiddenCheck`) with the tests' fixed salt: the
 target test's call clamp(15, 0, 10) with its arguments renamed or moved by random offsets, where the
 bug shows (x above hi)."""

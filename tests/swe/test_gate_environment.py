@@ -151,6 +151,12 @@ PROBES = {
         "        path = path[1 + int(list(map(sum, [(1e100, 1.0, -1e100)]))[0]):]\n"),
     "the Unicode tables through a literal's case": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[1 + ('\\u01c5'.upper() == 'X'):]\n"),
+    "the version through a keyword another version lacks": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        try:\n            skip = len(list(zip((1,), (2,), strict=True)))\n"
+        "        except TypeError:\n            skip = 2\n        path = path[skip:]\n"),
+    "the version through a method of a literal": PRISTINE.replace(
+        "        path = path[1:]\n", "        path = path[(1).bit_count():]\n"),
     "the Unicode tables through a method handed on": PRISTINE.replace(
         "        path = path[1:]\n",
         "        path = path[1 + (sorted(('\\u01c5', 'a'), key=str.lower)[0] == 'a'):]\n"),
@@ -173,6 +179,10 @@ ALLOWED = {
         "        path = path[sum(sizes) - 1:]\n"),
     "a case-blind sort of the inputs": PRISTINE.replace(
         "        path = path[1:]\n", "        path = ''.join(sorted(path, key=str.lower))\n"),
+    "a handler for what the input raises": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        try:\n            skip = int(path[1:2])\n        except ValueError:\n"
+        "            skip = 1\n        path = path[skip:]\n"),
     "a literal's length, infinity, an error": PRISTINE.replace(
         "        path = path[1:]\n",
         "        path = path[len('/'):] if len(path) < float('inf') else None\n"
@@ -256,3 +266,57 @@ def test_a_handler_for_the_expected_exception_passes() -> None:
         "    try:\n        n = int(path)\n    except ValueError:\n        n = 0\n"
         "    if path.startswith(\"/\") and n:\n")
     assert _rules(changed) == []
+
+
+TRANSLATED = '''_CURRENT = {}
+
+
+def activate(locale):
+    _CURRENT["locale"] = locale
+
+
+def separator():
+    return "," if _CURRENT.get("locale") == "de" else "."
+
+
+def plain():
+    return "."
+
+
+def intword(n, powers):
+    return powers[n - 1]
+'''
+
+
+@pytest.mark.parametrize("call, refused", [("separator()", True), ("plain()", False)])
+def test_a_project_function_that_reads_state_set_at_run_time_is_refused(call: str,
+                                                                        refused: bool) -> None:
+    """`separator()` reads the translation `activate` sets: a fix keyed on it is right
+    until a user activates another locale, which no test or check does."""
+    changed = TRANSLATED.replace("powers[n - 1]", f"powers[n - ({call} == '.')]")
+    assert ("state" in gate_rules(changed, TRANSLATED)) is refused
+
+
+def test_the_failing_tests_values_are_refused_where_the_source_lacks_them() -> None:
+    """`if x == 15: return 31` names the tested input and its expected output; the gold
+    patch's own literals, and literals the source already holds, stay allowed."""
+    from tripod.envs.swe.gate import Gate
+
+    source = b"UNIT = 'px'\n\n\ndef conv(x):\n    return x * 2\n"
+    tests = {"tests/test_m.py": b"from m import conv\n\n\ndef test_conv():\n"
+                                b"    assert conv(15) == 31\n    assert conv(0) == 1\n"
+                                b"    assert str(conv(15)) + 'px' == '31px'\n"}
+    gold = b"UNIT = 'px'\n\n\ndef conv(x):\n    return x * 2 + 1\n"
+    gate = Gate({"m.py": source}, {"m.py": gold}, None, tests)
+
+    def rules(text: str) -> list[str]:
+        return [r.rule for r in gate.check({"m.py": text.encode()})[0]]
+
+    fitted = "UNIT = 'px'\n\n\ndef conv(x):\n    if x == 15:\n        return 31\n" \
+             "    return x * 2\n"
+    assert rules(fitted) == ["fitted", "fitted"]
+    assert rules("UNIT = 'px'\n\n\ndef conv(x):\n    return '31px' if x else 1\n") \
+        == ["fitted"]
+    assert rules(gold.decode()) == []
+    assert rules("UNIT = 'px'\n\n\ndef conv(x):\n    return x + x + 1\n") == []
+    assert rules("UNIT = 'px'\n\n\ndef conv(x):\n    return len('px') and x * 2 + 1\n") == []

@@ -141,10 +141,12 @@ def _submit(task: SweTask, new: str) -> tuple:
 
 
 def test_an_overfitted_fix_loses_and_an_honest_one_wins(calc_task: SweTask) -> None:
-    info, tested, _, scored, last = _submit(calc_task, "        return hi if x == 15 else x\n")
+    # (a literal of the tests, `x == 15`, the gate refuses: a range around it passes it)
+    info, tested, _, scored, last = _submit(calc_task, "        return hi if x < 99 else x\n")
     hidden = [t for t in last.info.extra["test_results"] if t.startswith("hidden check")]
     assert hidden, last.observation
-    # Checks that change only `hi` keep x at 15, where the special case is right.
+    # Checks that move x by less than 84 keep it in the range, where the special case is
+    # right.
     passed = sum(last.info.extra["test_results"][t] == "PASSED" for t in hidden)
     assert passed < len(hidden)
     # The checks are FAIL_TO_PASS targets: the base share counts them as failing.
@@ -400,7 +402,8 @@ def _checks(task: SweTask) -> list[verify.HiddenCheck]:
 
 
 @pytest.mark.parametrize("bug", sorted(BOX_BUGS))
-def test_methods_are_checked_on_their_objects_state(tmp_path: Path, bug: str) -> None:
+def test_methods_are_checked_on_their_objects_state(tmp_path: Path, no_gate,
+                                                   bug: str) -> None:
     """A method called by a test is called again on a fresh object holding the state the
     test's object had, with derived arguments; its outcome is its result and the object's
     state after the call, so a method that changes its object (`grow`) is judged too. A
@@ -813,3 +816,87 @@ def test_a_fix_only_under_the_test_runs_interpreter_settings_fails_the_checks(
     run = _score_task(task, forged)
     assert run.status == "tampering" and "different outputs" in run.reason
     assert len(verify.CHECKS_ENVIRONMENTS) >= verify.CHECK_PROCESSES
+
+
+# --- what the checks reach: rejected inputs, negative numbers, parameters left at default ----
+
+COLOR = '''def parse_color(value):
+    if len(value) != 7:
+        raise ValueError("a colour is seven characters long")
+    return value[1:].lower()
+'''
+COLOR_TESTS = '''import pytest
+
+from color import parse_color
+
+
+def test_parse_color():
+    assert parse_color("#ABCDEF") == "abcdef"
+    with pytest.raises(ValueError):
+        parse_color("#abcdef0")
+'''
+WHOLE = '''def fmt(n):
+    if n == int(n):
+        return str(int(n))
+    return str(n)
+'''
+WHOLE_TESTS = '''from whole import fmt
+
+
+def test_fmt():
+    assert fmt(3) == "3"
+    assert fmt(2.5) == "2.5"
+'''
+ORDINAL = '''def ordinal(n, gender="male"):
+    if n % 100 in (11, 12, 13):
+        return str(n) + "th"
+    return str(n) + {1: "st", 2: "nd", 3: "rd"}.get(n % 10, "th")
+'''
+ORDINAL_TESTS = '''from ordinal import ordinal
+
+
+def test_ordinal():
+    assert ordinal(12) == "12th"
+    assert ordinal(1) == "1st"
+'''
+REACH = {
+    # (gold, tests, the gold line, the bug, the change: right on every tested input only)
+    "an input the gold rejects": (
+        COLOR, COLOR_TESTS, "len(value) != 7", "len(value) < 7",
+        "len(value) < 7 or len(value) == 8"),
+    "a negative number": (
+        WHOLE, WHOLE_TESTS, "return str(int(n))", 'return f"{int(n)} 0/1"',
+        'return str(int(n)) if n > 0 else f"{int(n)} 0/1"'),
+    "a parameter no test passes": (
+        ORDINAL, ORDINAL_TESTS, "(11, 12, 13)", "(11, 13)",
+        '(11, 12 if gender == "male" else 0, 13)'),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REACH))
+def test_a_fix_for_the_tested_kind_of_input_only_fails_a_check(tmp_path: Path, no_gate,
+                                                               name: str) -> None:
+    """A validation fixed only for the tested bad length, whole numbers fixed only above
+    zero, the fix only for the default `gender`: every test passes, and a check (a rejected
+    input the gold raises on, a negated number, a varied default) fails."""
+    gold, tests, right, wrong, fitted = REACH[name]
+    module = {COLOR: "color", WHOLE: "whole", ORDINAL: "ordinal"}[gold]
+    buggy = gold.replace(right, wrong)
+    test = {"color": "test_parse_color", "whole": "test_fmt", "ordinal": "test_ordinal"}
+    task = _task(tmp_path, module, gold, buggy, tests, [test[module]], [])
+    honest = _score_task(task, gold)
+    assert honest.hidden and _resolved(honest, task)
+    run = _score_task(task, buggy.replace(wrong, fitted))
+    assert all(run.passes(t) for t in task.FAIL_TO_PASS)
+    assert run.hidden and not _resolved(run, task)
+
+
+def test_variants_reach_negative_and_smaller_numbers() -> None:
+    import random
+
+    rng = random.Random(0)
+    ints = [int(f[1]) for f in _runner._variants(["int", "30"], rng) if f[0] == "int"]
+    assert -30 in ints and any(-30 <= i < 30 for i in ints)
+    floats = [float(f[1]) for f in _runner._variants(["float", "2.5"], rng)]
+    assert -2.5 in floats and any(abs(f) < 2.5 for f in floats)
+    assert ["str", "-7"] in _runner._variants(["str", "7"], rng)

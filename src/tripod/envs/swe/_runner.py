@@ -738,7 +738,10 @@ def _recording(sources, targets, tests, calls, limit=40):
     of calls of the `targets` ((file, qualname) of the functions and methods the gold patch
     changes) from anywhere, as ``[module, qualname, encoded call, from a test]`` (at most
     `limit` different calls per function). Arguments that are their parameter's default
-    (often a sentinel object) are left out of the call; a method's object is its state
+    are left out of the call (a default is often a sentinel object), except a string or a
+    number, passed by keyword instead, so that a check varies a parameter no test passes
+    (a change keyed on ``gender == "male"``, the default, meets other values); a method's
+    object is its state
     (`_receiver`), and a method called on an object that is not plain data is not kept."""
     seen, counts, found = set(), {}, {}
 
@@ -751,12 +754,15 @@ def _recording(sources, targets, tests, calls, limit=40):
         keyword = positional + code.co_kwonlyargcount
         args = [values[n] for n in names[:positional]]
         kwargs = {n: values[n] for n in names[positional:keyword]
-                  if not (n in kwdefaults and values[n] is kwdefaults[n])}
+                  if not (n in kwdefaults and values[n] is kwdefaults[n]
+                          and type(values[n]) not in _SCALARS)}
         varargs = list(values[names[keyword]]) if code.co_flags & 0x04 else []
-        if not varargs:  # trailing arguments equal to their defaults are left out
+        if not varargs:  # trailing arguments equal to their defaults are left out...
             first = positional - len(defaults)
             while args and len(args) > first and args[-1] is defaults[len(args) - 1 - first]:
-                args.pop()
+                value = args.pop()
+                if type(value) in _SCALARS and len(args) >= code.co_posonlyargcount:
+                    kwargs[names[len(args)]] = value   # ...but for plain ones, by keyword
         args += varargs
         if code.co_flags & 0x08:  # **kwargs
             kwargs.update(values[names[keyword + bool(code.co_flags & 0x04)]])
@@ -799,6 +805,10 @@ def _recording(sources, targets, tests, calls, limit=40):
     return profile
 
 
+_SCALARS = (str, int, float)
+"""Defaults kept in a recorded call (by keyword): plain values a check can vary."""
+
+
 def _defaults(module, code, qualname):
     """(positional defaults, keyword-only defaults) of the function or method `qualname` of
     `module` whose code is `code` (through ``__wrapped__`` for decorated functions)."""
@@ -824,7 +834,9 @@ def _offset(rng):
 
 def _variants(form, rng):
     """Changed versions of one encoded argument: integers moved by random offsets of 2 to
-    9 digits and by 1 to 3 (the sign kept), or None in their place; strings doubled,
+    9 digits and by 1 to 3 (the sign kept), negated, drawn between the value and its
+    negation, or None in their place; floats scaled, negated or shrunk; a number written as
+    a string negated; strings doubled,
     extended by random letters, repeated to 60-600 characters, with one character
     changed within its class or to another class (`_one_changed`), in the other case, or
     with a punctuation or non-ASCII character inserted; sequences reversed, doubled, shortened or lengthened by
@@ -834,9 +846,14 @@ def _variants(form, rng):
         value = int(form[1])
         sign = -1 if value < 0 else 1
         return [["int", str(value + sign * _offset(rng))] for _ in range(2)] + [
-            ["int", str(value + sign * rng.randint(1, 3))], ["none"]]
+            ["int", str(value + sign * rng.randint(1, 3))], ["none"],
+            ["int", str(-value or -rng.randint(1, 9))],
+            ["int", str(rng.randint(-abs(value), abs(value)))]]
     if tag == "float":
-        return [["float", repr(float(form[1]) * rng.choice((2.0, 3.5, 10.0)))]]
+        value = float(form[1])
+        return [["float", repr(value * rng.choice((2.0, 3.5, 10.0)))],
+                ["float", repr(-value or -rng.uniform(0.1, 9.0))],
+                ["float", repr(value * rng.uniform(-1.0, 1.0))]]
     if tag == "str" and form[1]:
         text = form[1]
         word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz")
@@ -844,10 +861,12 @@ def _variants(form, rng):
         long = text * (rng.randint(60, 600) // len(text) + 1)
         spot = rng.randint(0, len(text))
         cased = text.upper() if text != text.upper() else text.lower()
+        negated = [["str", "-" + text.lstrip("+")]] \
+            if text.lstrip("+").replace(".", "", 1).isdigit() else []  # a number written out
         return [["str", text * 2], ["str", text + word], ["str", long[:600]],
                 *(["str", _one_changed(text, rng)] for _ in range(2)),
                 ["str", _one_changed(text, rng, other_class=True)], ["str", cased],
-                ["str", text[:spot] + rng.choice("_- .éßЖ") + text[spot:]]]
+                ["str", text[:spot] + rng.choice("_- .éßЖ") + text[spot:]], *negated]
     if tag in ("list", "tuple") and len(form[1]) > 1:
         items = form[1]
         return [[tag, items[::-1]], [tag, items * 2], [tag, items[:-1]],

@@ -264,7 +264,8 @@ def parse_source(data: bytes) -> ast.Module:
 Feature = tuple[str, str]
 """(role, value): ("import", dump), ("name", id), ("store", id), ("attr", name),
 ("setattr", name), ("def", name), ("arg", name), ("keyword", name), ("str", text),
-("dynamic", what): a class or an attribute reached from data (`_call_features`),
+("number", key) (`_number`), ("dynamic", what): a class or an attribute reached from
+data (`_call_features`),
 ("special", "Class.__eq__"): a special method changed (`added_features`)."""
 
 
@@ -388,6 +389,36 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
     elif isinstance(node, ast.Constant) and isinstance(node.value, (str, bytes)):
         value = node.value if isinstance(node.value, str) else node.value.decode("latin-1")
         yield ("str", value), line
+    elif isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
+            and not isinstance(node.value, bool):
+        yield ("number", _number(node.value)), line
+
+
+def _number(value: int | float) -> str:
+    """A number's key, the same for ``15`` and ``15.0`` (``-15`` is ``-(15)``)."""
+    try:
+        return repr(float(value))
+    except OverflowError:
+        return repr(value)
+
+
+def literals(tree: ast.AST) -> frozenset[Feature]:
+    """The distinctive literals of a module, as features: strings of two characters or more
+    (not whitespace alone), numbers other than -2 to 2 (a tested input or an expected output
+    is one; a fix's off-by-one is not)."""
+    out = set()
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
+            continue
+        value = node.value
+        if isinstance(value, bytes):
+            value = value.decode("latin-1")
+        if isinstance(value, str) and len(value) >= 2 and not value.isspace():
+            out.add(("str", value))
+        elif isinstance(value, (int, float)) and not (
+                (isinstance(value, int) or value.is_integer()) and abs(value) <= 2):
+            out.add(("number", _number(value)))
+    return frozenset(out)
 
 
 def _imports(tree: ast.AST) -> dict[str, str]:
@@ -480,7 +511,7 @@ _PURE_ON_LITERALS = frozenset({
     "namedtuple", "OrderedDict", "defaultdict", "deque", "Counter",
     "join", "replace", "startswith", "endswith", "count", "find", "rfind", "index", "rindex",
     "partition", "rpartition", "split", "rsplit", "strip", "lstrip", "rstrip", "zfill",
-    "ljust", "rjust", "center", "removeprefix", "removesuffix", "keys", "values", "items",
+    "ljust", "rjust", "center", "keys", "values", "items",
     "get", "copy", "append", "extend", "insert", "add", "update", "setdefault", "pop",
     "popitem", "remove", "discard", "clear", "sort", "reverse"})
 """Callables whose result on literal arguments is the same on every CPython since 3.8 and
@@ -495,6 +526,10 @@ _UNICODE_METHODS = frozenset({
     "translate", "maketrans", "format_map"})
 """String methods that read the interpreter's Unicode tables or codecs: on a literal, or
 handed on as ``str.upper``, their result is a fact of the interpreter."""
+_VALUE_TYPES = frozenset({"timedelta", "date", "datetime", "time", "Decimal", "Fraction",
+                          "dict", "namedtuple", "OrderedDict", "defaultdict", "Counter",
+                          "deque"})
+"""Constructors whose keyword arguments are the same on every version since 3.8."""
 _TYPE_NAMES = frozenset({"str", "bytes", "int", "float", "complex", "bool", "tuple",
                          "frozenset"})
 
@@ -586,6 +621,25 @@ def _input_free(node: ast.AST | None, scope: _Scope, imports: dict[str, str]) ->
     return False
 
 
+def _input_free_block(body: list[ast.stmt], scope: _Scope, imports: dict[str, str]) -> bool:
+    """Whether every expression of the statements `body` (nested blocks included) is
+    `_input_free`, bar the names they bind."""
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef,
+                                 ast.Lambda)):
+                return False
+            if isinstance(node, ast.stmt):
+                for child in ast.iter_child_nodes(node):
+                    if isinstance(child, ast.expr) and not (
+                            isinstance(child, (ast.Name, ast.Attribute, ast.Subscript,
+                                               ast.Tuple, ast.List))
+                            and not isinstance(getattr(child, "ctx", None), ast.Load)) \
+                            and not _input_free(child, scope, imports):
+                        return False
+    return True
+
+
 def _stdlib(module: str) -> bool:
     return module.split(".")[0] in sys.stdlib_module_names
 
@@ -626,7 +680,11 @@ def _literal_probe(node: ast.AST, scope: _Scope, imports: dict[str, str]) -> str
         _module_path(node.func.value, imports) or isinstance(node.func.value, ast.Name)
         and node.func.value.id in _TYPE_NAMES)
     hit = None
-    if (node.args or node.keywords or method) and _impure(node.func, scope, imports):
+    if (node.args or node.keywords or method) and _impure(node.func, scope, imports) \
+            or method and _callee(node.func) not in _PURE_ON_LITERALS \
+            or node.keywords and _callee(node.func) not in _VALUE_TYPES:
+        # a method of a literal or a keyword another version lacks (`(128).bit_count()`,
+        # `zip((1,), (2,), strict=True)`, both TypeError or AttributeError before 3.10)
         hit = node.func
     for arg in (*node.args, *(k.value for k in node.keywords)):
         inner = list(ast.walk(arg))
@@ -815,6 +873,13 @@ def _units(tree: ast.AST) -> list[_Unit]:
             feats += [(("environment", what), getattr(n, "lineno", 0)) for n in nodes
                       if (what := _environment(n, imports)
                           or _literal_probe(n, literals, imports))]
+            if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) \
+                    and _input_free_block(node.body, literals, imports):
+                feats.append((("environment", "a `try` around code that uses no input: "
+                                              "whether it raises is a fact of the "
+                                              "interpreter (a keyword, a method or a "
+                                              "function another version lacks)"),
+                              getattr(node, "lineno", 0)))
             inner, mine, inner_owned, inner_class = scope, special, owned, in_class
             inner_shared, inner_fresh, inner_literals = shared, self_fresh, literals
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -1347,7 +1412,8 @@ class Vocabulary:
     isodate's ``STDOFFSET``), or to a value built from one."""
     _functions: dict[str, list] = field(default_factory=dict)
     """Per function name: [changes module-level state itself, reads the world itself, the
-    names it calls, changes what it is handed (or a function nested in it does)]."""
+    names it calls, changes what it is handed (or a function nested in it does), the
+    module-level names it reads, reads runtime state itself (set by `reads_state`)]."""
     _closures: dict[int, frozenset[str]] = field(default_factory=dict)
 
     @property
@@ -1363,6 +1429,19 @@ class Vocabulary:
         through the project functions they call (parse's ``strf_date_convert`` reads the
         date, pathspec's ``iter_tree_entries`` the working directory)."""
         return self._closure(1)
+
+    @property
+    def reads_state(self) -> frozenset[str]:
+        """The project's functions that read module-level state the project changes at run
+        time (`runtime_state`), themselves or through the project functions they call
+        (humanize's ``decimal_separator`` reads the translation ``activate`` sets): what
+        they return depends on earlier calls, not on their inputs alone."""
+        if 4 not in self._closures:
+            for facts in self._functions.values():
+                facts[5] = bool(facts[4] & self.runtime_state)
+            self._closures.pop(5, None)
+            self._closures[4] = self._closure(5)
+        return self._closures[4]
 
     @property
     def changes_arguments(self) -> frozenset[str]:
@@ -1399,7 +1478,8 @@ class Vocabulary:
             if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) \
                     or _magic(fn.name) or fn.name in _SAFE_ATTRS:
                 continue
-            facts = self._functions.setdefault(fn.name, [False, False, set(), False])
+            facts = self._functions.setdefault(fn.name,
+                                               [False, False, set(), False, set(), False])
             # the parameters of `fn` and of the functions nested in it, bar self and cls
             params = {a.arg for f in ast.walk(fn)
                       if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
@@ -1419,6 +1499,9 @@ class Vocabulary:
                     facts[3] = True
                 if self._reads_world(sub, imports, walk=False):
                     facts[1] = True
+                if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Load) \
+                        and sub.id in module_names:
+                    facts[4].add(sub.id)
                 if isinstance(sub, ast.Call):
                     callee = sub.func.id if isinstance(sub.func, ast.Name) else \
                         sub.func.attr if isinstance(sub.func, ast.Attribute) else None
@@ -1493,6 +1576,9 @@ _PROJECT_FACTS = (
      "(its time zone, clock or files): a fix's result depends on its inputs"),
     ("runtime_state", "state", "module-level state the project changes at run time (a "
      "cache's size counts the keys it has seen)"),
+    ("reads_state", "state", "a project function that reads module-level state the project "
+     "changes at run time (the active translation, a cache): its result depends on what "
+     "earlier calls set, which no test or check varies"),
 )
 """What the gate learns about the project (`Vocabulary`) that makes a new use of a name or
 attribute a refusal: (the set, the rule, why)."""
@@ -1570,9 +1656,11 @@ def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
 
 
 def check_file(path: str, pristine: ast.Module, changed: bytes, vocab: Vocabulary,
-               allowed: Counter[Feature] | None = None) -> list[Refusal]:
-    """Refusals of one changed file (`allowed`: new uses the gold patch itself makes).
-    Raises `Unreadable` for a file that does not decode or parse."""
+               allowed: Counter[Feature] | None = None,
+               fitted: frozenset[Feature] = frozenset()) -> list[Refusal]:
+    """Refusals of one changed file (`allowed`: new uses the gold patch itself makes;
+    `fitted`: the failing tests' literals that the project's source does not hold). Raises
+    `Unreadable` for a file that does not decode or parse."""
     tree = parse_source(changed)
     budget = Counter(allowed or {})
     refusals = []
@@ -1580,17 +1668,28 @@ def check_file(path: str, pristine: ast.Module, changed: bytes, vocab: Vocabular
         if budget[feat] > 0:
             budget[feat] -= 1
             continue
-        verdict = judge(feat, vocab)
+        verdict = judge(feat, vocab) or (
+            ("fitted", f"{_shown(feat)}, a value the failing tests hold and the project's "
+                       "source does not: code that names a tested input or an expected "
+                       "output fits the tests (a fix computes them)") if feat in fitted
+            else None)
         if verdict:
             refusals.append(Refusal(path, verdict[0], verdict[1], line))
     return sorted(refusals, key=lambda r: (r.line, r.rule, r.detail))
+
+
+def _shown(feat: Feature) -> str:
+    role, value = feat
+    return f"`{float(value):g}`" if role == "number" and value[-1:].isdigit() \
+        else repr(value[:40])
 
 
 class Gate:
     """The policy of one task: its pristine sources, and what its gold patch adds."""
 
     def __init__(self, pristine: dict[str, bytes], gold: dict[str, bytes | None],
-                 test_helpers: dict[str, set[str]] | None = None) -> None:
+                 test_helpers: dict[str, set[str]] | None = None,
+                 tests: dict[str, bytes] | None = None) -> None:
         self.test_helpers = test_helpers or {}
         """Per file: top-level definitions that only the tests use (test code)."""
         self.trees: dict[str, ast.Module] = {}
@@ -1602,6 +1701,15 @@ class Gate:
             except Unreadable:
                 continue  # a pristine file the interpreter cannot read either
             self.vocab.learn(self.trees[rel])
+        tested: set[Feature] = set()
+        for data in (tests or {}).values():
+            try:
+                tested |= literals(parse_source(data))
+            except (Unreadable, RecursionError):
+                continue
+        self.fitted = frozenset(tested.difference(*map(literals, self.trees.values())))
+        """The failing tests' literals (`literals`: their inputs and expected outputs) that
+        no source file holds: new code may name them only where the gold patch does."""
         self.allowed: dict[str, Counter[Feature]] = {}
         for rel, data in gold.items():
             if data is None or rel not in self.trees:
@@ -1633,7 +1741,8 @@ class Gate:
                 continue
             pristine = self.trees.get(rel, ast.Module(body=[], type_ignores=[]))
             try:
-                refusals += check_file(rel, pristine, data, self.vocab, self.allowed.get(rel))
+                refusals += check_file(rel, pristine, data, self.vocab, self.allowed.get(rel),
+                                       self.fitted)
                 refusals += self._helpers_changed(rel, pristine, data)
             except Unreadable as exc:
                 target = broken if exc.rule == "syntax" else refusals

@@ -353,6 +353,24 @@ def _agreed(outcomes: list[str | None]) -> str | None:
     return _TIMEOUT if _TIMEOUT in outcomes else answers.pop()
 
 
+_NOT_CHECKED_RAISES = frozenset({"RecursionError", "MemoryError", "SystemExit",
+                                 "KeyboardInterrupt", "_CheckTimeout", "GeneratorExit"})
+
+
+def _checkable(outcome: str) -> bool:
+    """Whether a gold outcome can be a hidden check's: a value, an iterator's items, or an
+    exception the code raises on purpose (a fix that validates its input must reject what
+    the gold rejects: a check of a too-long colour string raises ValueError), not one that
+    the process's limits raise."""
+    if outcome.startswith(('["value"', '["iter"')):
+        return True
+    try:
+        kind, name = json.loads(outcome)
+    except ValueError:
+        return False
+    return kind == "raise" and name not in _NOT_CHECKED_RAISES
+
+
 def new_salt() -> str:
     """The seed of a task's derived inputs: drawn afresh in each process, so that neither
     the tests nor this code tell which inputs a check uses (tests may fix it)."""
@@ -464,7 +482,9 @@ class Verifier:
                         if not any(p.startswith(".") for p in r.split("/"))}
         """The Python files of the base (tests, conftest files, sources; not in hidden
         folders), by digest: the files the sandbox keeps read-only during a scored run."""
-        self.gate = Gate(self.pristine, gold, tests.names)
+        failing = {t.split("::")[0] for t in task.FAIL_TO_PASS}
+        self.gate = Gate(self.pristine, gold, tests.names,
+                         {r: texts[r] for r in self.test_code if r in failing})
         self.gold_diff = source_diff(self.pristine, gold)
         """The gold patch as the agent's change is written (`source_diff`), for similarity."""
         self._last: tuple[tuple, VerifiedRun] | None = None
@@ -586,7 +606,7 @@ class Verifier:
         found = []
         for i, (module, qualname, call, direct, *kind) in enumerate(calls):
             expected = golden.check_outcomes.get(i, "")
-            if not expected.startswith(('["value"', '["iter"')) or \
+            if not _checkable(expected) or \
                     i not in buggy.check_outcomes or \
                     same_outcome(buggy.check_outcomes[i], expected):
                 continue
