@@ -823,6 +823,7 @@ def test_a_fix_only_under_the_test_runs_interpreter_settings_fails_the_checks(
 COLOR = '''def parse_color(value):
     if len(value) != 7:
         raise ValueError("a colour is seven characters long")
+    int(value[1:], 16)  # ValueError where a character is not a hex digit
     return value[1:].lower()
 '''
 COLOR_TESTS = '''import pytest
@@ -900,3 +901,14 @@ def test_variants_reach_negative_and_smaller_numbers() -> None:
     floats = [float(f[1]) for f in _runner._variants(["float", "2.5"], rng)]
     assert -2.5 in floats and any(abs(f) < 2.5 for f in floats)
     assert ["str", "-7"] in _runner._variants(["str", "7"], rng)
+
+
+def test_strings_grow_and_shrink_in_their_own_characters_classes() -> None:
+    """A hex colour gets longer in hex digits (a length check the tests never pass meets
+    a string it must reject for its length, not for a character) and one shorter."""
+    import random
+
+    texts = [f[1] for f in _runner._variants(["str", "#0a0b0c"], random.Random(0))]
+    longer = [t for t in texts if len(t) > 7 and t.startswith("#0a0b0c")
+              and all(c in "0123456789abcdef" for c in t[1:])]
+    assert longer and "#0a0b0" in texts

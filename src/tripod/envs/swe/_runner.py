@@ -839,8 +839,9 @@ def _variants(form, rng):
     a string negated; strings doubled,
     extended by random letters, repeated to 60-600 characters, with one character
     changed within its class or to another class (`_one_changed`), in the other case, or
-    with a punctuation or non-ASCII character inserted; sequences reversed, doubled, shortened or lengthened by
-    one item (an odd length where the tests' was even); floats scaled."""
+    with a punctuation or non-ASCII character inserted, lengthened by 1 to 12 characters
+    of its own characters' classes or shortened by one; sequences reversed, doubled,
+    shortened or lengthened by one item (an odd length where the tests' was even)."""
     tag = form[0]
     if tag == "int":
         value = int(form[1])
@@ -863,6 +864,13 @@ def _variants(form, rng):
         cased = text.upper() if text != text.upper() else text.lower()
         negated = [["str", "-" + text.lstrip("+")]] \
             if text.lstrip("+").replace(".", "", 1).isdigit() else []  # a number written out
+        # longer or shorter in its own characters' classes: a hex colour of 8 or 10 digits
+        # (a check of a length the tests never pass must not meet a character the code
+        # rejects first)
+        classed = [c for c in text if any(c in chars for chars in _CLASSES)] or list(text)
+        longer = text + "".join(_like(rng.choice(classed), rng)
+                                for _ in range(rng.randint(1, 12)))
+        negated += [["str", longer]] + ([["str", text[:-1]]] if len(text) > 1 else [])
         return [["str", text * 2], ["str", text + word], ["str", long[:600]],
                 *(["str", _one_changed(text, rng)] for _ in range(2)),
                 ["str", _one_changed(text, rng, other_class=True)], ["str", cased],
