@@ -155,6 +155,12 @@ PROBES = {
         "        path = path[1:]\n",
         "        try:\n            skip = len(list(zip((1,), (2,), strict=True)))\n"
         "        except TypeError:\n            skip = 2\n        path = path[skip:]\n"),
+    "the version through a big float summed with the input": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[1 + int(sum((len(path), 1e300, -1e300))):]\n"),
+    "the version through a big float computed": PRISTINE.replace(
+        "        path = path[1:]\n",
+        "        path = path[1 + int(sum((len(path), 10.0 ** 300, -(10 ** 300)))):]\n"),
     "the version through a method of a literal": PRISTINE.replace(
         "        path = path[1:]\n", "        path = path[(1).bit_count():]\n"),
     "the Unicode tables through a method handed on": PRISTINE.replace(
@@ -320,3 +326,36 @@ def test_the_failing_tests_values_are_refused_where_the_source_lacks_them() -> N
     assert rules(gold.decode()) == []
     assert rules("UNIT = 'px'\n\n\ndef conv(x):\n    return x + x + 1\n") == []
     assert rules("UNIT = 'px'\n\n\ndef conv(x):\n    return len('px') and x * 2 + 1\n") == []
+
+
+def test_a_function_imported_under_another_name_is_judged_as_itself() -> None:
+    """humanize imports `_pgettext as P_`: a new call of `P_` reads the translation as
+    `_pgettext` does."""
+    source = TRANSLATED + "\n\nfrom .m import separator as sep_\n"
+    changed = source.replace("powers[n - 1]", "powers[n - (sep_() == '.')]")
+    assert "state" in gate_rules(changed, source)
+
+
+SETS = '''UNCOUNTABLE = {"rice", "fish"}
+
+
+def dasherize(word):
+    return word.replace("_", "-")
+'''
+
+
+@pytest.mark.parametrize("view", ["next(iter(UNCOUNTABLE))", "list(UNCOUNTABLE)[0]",
+                                  "''.join(UNCOUNTABLE)[0]"])
+def test_a_sets_order_is_refused(view: str) -> None:
+    """A set of strings iterates in the hash seed's order: right under the test run's fixed
+    seed, wrong in some processes of real use."""
+    changed = SETS.replace('    return word.replace("_", "-")\n',
+                           f'    return word.replace("_", "-") if {view} != "r" else word\n')
+    assert "environment" in gate_rules(changed, SETS)
+
+
+def test_a_sets_members_and_sorted_order_pass() -> None:
+    changed = SETS.replace('    return word.replace("_", "-")\n',
+                           '    return word if word in UNCOUNTABLE or word == min(sorted('
+                           'UNCOUNTABLE)) else word.replace("_", "-")\n')
+    assert gate_rules(changed, SETS) == []

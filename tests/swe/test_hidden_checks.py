@@ -860,6 +860,26 @@ def test_ordinal():
     assert ordinal(12) == "12th"
     assert ordinal(1) == "1st"
 '''
+CLAMP = '''def clamp(value, ceil=None):
+    if ceil is not None and value > ceil:
+        return ">" + str(ceil)
+    return str(value)
+'''
+CLAMP_TESTS = '''from clamp import clamp
+
+
+def test_clamp():
+    assert clamp(5) == "5"
+'''
+CAMEL = '''def camel(word):
+    return word[0].lower() + word.title().replace("_", "")[1:]
+'''
+CAMEL_TESTS = '''from camel import camel
+
+
+def test_camel():
+    assert camel("Capital") == "capital"
+'''
 REACH = {
     # (gold, tests, the gold line, the bug, the change: right on every tested input only)
     "an input the gold rejects": (
@@ -871,6 +891,15 @@ REACH = {
     "a parameter no test passes": (
         ORDINAL, ORDINAL_TESTS, "(11, 12, 13)", "(11, 13)",
         '(11, 12 if gender == "male" else 0, 13)'),
+    "a parameter left at None": (
+        CLAMP, CLAMP_TESTS, "ceil is not None and value > ceil", "ceil is not None or value > ceil",
+        "ceil is not None"),
+    "a number ending like the tested one": (
+        ORDINAL, ORDINAL_TESTS, "n % 100 in (11, 12, 13)", "n % 100 in (11, 13)",
+        "n % 100 in (11, 13) or n == 12"),
+    "two properties at once": (
+        CAMEL, CAMEL_TESTS, 'replace("_", "")[1:]', 'replace("_", "")[2:]',
+        'replace("_", "")[2 if word.islower() and "_" in word else 1:]'),
 }
 
 
@@ -881,9 +910,11 @@ def test_a_fix_for_the_tested_kind_of_input_only_fails_a_check(tmp_path: Path, n
     zero, the fix only for the default `gender`: every test passes, and a check (a rejected
     input the gold raises on, a negated number, a varied default) fails."""
     gold, tests, right, wrong, fitted = REACH[name]
-    module = {COLOR: "color", WHOLE: "whole", ORDINAL: "ordinal"}[gold]
+    module = {COLOR: "color", WHOLE: "whole", ORDINAL: "ordinal", CLAMP: "clamp",
+              CAMEL: "camel"}[gold]
     buggy = gold.replace(right, wrong)
-    test = {"color": "test_parse_color", "whole": "test_fmt", "ordinal": "test_ordinal"}
+    test = {"color": "test_parse_color", "whole": "test_fmt", "ordinal": "test_ordinal",
+            "clamp": "test_clamp", "camel": "test_camel"}
     task = _task(tmp_path, module, gold, buggy, tests, [test[module]], [])
     honest = _score_task(task, gold)
     assert honest.hidden and _resolved(honest, task)

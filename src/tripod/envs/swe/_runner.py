@@ -738,8 +738,9 @@ def _recording(sources, targets, tests, calls, limit=40):
     of calls of the `targets` ((file, qualname) of the functions and methods the gold patch
     changes) from anywhere, as ``[module, qualname, encoded call, from a test]`` (at most
     `limit` different calls per function). Arguments that are their parameter's default
-    are left out of the call (a default is often a sentinel object), except a string or a
-    number, passed by keyword instead, so that a check varies a parameter no test passes
+    are left out of the call (a default is often a sentinel object), except a string, a
+    number or None, passed by keyword instead, so that a check varies a parameter no test
+    passes
     (a change keyed on ``gender == "male"``, the default, meets other values); a method's
     object is its state
     (`_receiver`), and a method called on an object that is not plain data is not kept."""
@@ -805,8 +806,9 @@ def _recording(sources, targets, tests, calls, limit=40):
     return profile
 
 
-_SCALARS = (str, int, float)
-"""Defaults kept in a recorded call (by keyword): plain values a check can vary."""
+_SCALARS = (str, int, float, type(None))
+"""Defaults kept in a recorded call (by keyword): plain values a check can vary (None by the
+call's other plain arguments: `clamp(x, ceil=None)` gets ``ceil=x``)."""
 
 
 def _defaults(module, code, qualname):
@@ -832,7 +834,7 @@ def _offset(rng):
     return rng.randint(10 ** digits, 10 ** (digits + 1) - 1)
 
 
-def _variants(form, rng):
+def _variants(form, rng, twice=False):
     """Changed versions of one encoded argument: integers moved by random offsets of 2 to
     9 digits and by 1 to 3 (the sign kept), negated, drawn between the value and its
     negation, or None in their place; floats scaled, negated or shrunk; a number written as
@@ -849,7 +851,10 @@ def _variants(form, rng):
         return [["int", str(value + sign * _offset(rng))] for _ in range(2)] + [
             ["int", str(value + sign * rng.randint(1, 3))], ["none"],
             ["int", str(-value or -rng.randint(1, 9))],
-            ["int", str(rng.randint(-abs(value), abs(value)))]]
+            ["int", str(rng.randint(-abs(value), abs(value)))],
+            # the same last digits under new leading ones (12 -> 3712): a change keyed on
+            # the whole tested number meets others that end like it
+            ["int", str(value + sign * rng.randint(1, 99) * 10 ** len(str(abs(value))))]]
     if tag == "float":
         value = float(form[1])
         return [["float", repr(value * rng.choice((2.0, 3.5, 10.0)))],
@@ -871,6 +876,13 @@ def _variants(form, rng):
         longer = text + "".join(_like(rng.choice(classed), rng)
                                 for _ in range(rng.randint(1, 12)))
         negated += [["str", longer]] + ([["str", text[:-1]]] if len(text) > 1 else [])
+        if any(c.isalpha() for c in text) and len(text) > 1:   # as a snake_case name
+            cut = rng.randint(1, len(text) - 1)
+            negated.append(["str", (text[:cut] + "_" + text[cut:]).lower()])
+        if not twice:   # two changes at once (lower case and a "_" inserted): a change keyed
+            singles = _variants(form, rng, twice=True)   # on two properties meets them
+            negated += [["str", rng.choice(_variants(rng.choice(singles), rng, twice=True))[1]]
+                        for _ in range(2) if singles]
         return [["str", text * 2], ["str", text + word], ["str", long[:600]],
                 *(["str", _one_changed(text, rng)] for _ in range(2)),
                 ["str", _one_changed(text, rng, other_class=True)], ["str", cased],
@@ -984,7 +996,12 @@ def _candidates(calls, salt, limit=40):
             [(kwargs[1][i], 1) for i in range(len(kwargs[1]))]
         if args[1] and args[1][0][0] == "self":  # a method's object: each attribute's value
             slots += [(pair, 1) for pair in args[1][0][1][1]]
-        options = [(holder, i, _variants(holder[i], rng)) for holder, i in slots]
+        # None (a parameter left at its default, often) takes the call's other plain
+        # values and their variants: a parameter no test passes is given one
+        plain = [holder[i] for holder, i in slots if holder[i][0] in ("int", "float", "str")]
+        given = [*plain, *(v for form in plain for v in _variants(form, rng)[:2])]
+        options = [(holder, i, given if holder[i] == ["none"] else _variants(holder[i], rng))
+                   for holder, i in slots]
         options = [o for o in options if o[2]]
         changes = [(f"{holder[i][0]} variant {k}", [(holder, i, v)])
                    for holder, i, vs in options for k, v in enumerate(vs)]

@@ -392,6 +392,57 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
     elif isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) \
             and not isinstance(node.value, bool):
         yield ("number", _number(node.value)), line
+    big = node.value if isinstance(node, ast.Constant) and isinstance(node.value, float) \
+        else _folded(node) if isinstance(node, ast.BinOp) \
+        and not isinstance(parents.get(id(node)), ast.BinOp) else None
+    if isinstance(big, (int, float)) and not isinstance(big, bool) and abs(big) >= _BIG_FLOAT:
+        yield ("environment", f"the number {float(big):g}: added to ordinary floats it "
+                              "rounds them away, which `sum` does on one interpreter version "
+                              "and not on another"), line
+
+
+_BIG_FLOAT = 2.0 ** 53
+"""Floats from here on hold no unit digit: ``sum((x, 1e300, -1e300))`` is 0.0 on 3.11 and
+``x`` from 3.12 (compensated summation), a probe of the version that keeps the input."""
+
+
+def _folded(node: ast.AST, depth: int = 0) -> int | float | None:
+    """The value of arithmetic on numeric literals (``10.0 ** 300``, ``-1e150 * 1e150``), or
+    None where it holds anything else or would be too costly to compute."""
+    if depth > 20:
+        return None
+    if isinstance(node, ast.Constant):
+        value = node.value
+        return value if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        value = _folded(node.operand, depth + 1)
+        return None if value is None else -value if isinstance(node.op, ast.USub) else value
+    if not isinstance(node, ast.BinOp) or not isinstance(
+            node.op, (ast.Add, ast.Sub, ast.Mult, ast.Pow, ast.Div, ast.LShift)):
+        return None
+    left, right = _folded(node.left, depth + 1), _folded(node.right, depth + 1)
+    if left is None or right is None:
+        return None
+    if isinstance(node.op, (ast.Pow, ast.LShift)) and (abs(right) > 4096 or abs(left) > 2 ** 64):
+        return None
+    try:
+        op = {ast.Add: float.__add__, ast.Sub: float.__sub__, ast.Mult: float.__mul__,
+              ast.Div: float.__truediv__}.get(type(node.op))
+        if op is not None and (isinstance(left, float) or isinstance(right, float)
+                               or isinstance(node.op, ast.Div)):
+            return op(float(left), float(right))
+        if isinstance(node.op, ast.Add):
+            return left + right
+        if isinstance(node.op, ast.Sub):
+            return left - right
+        if isinstance(node.op, ast.Mult):
+            return left * right if abs(left) < 2 ** 4096 and abs(right) < 2 ** 4096 else None
+        if isinstance(node.op, ast.LShift):
+            return int(left) << int(right) if isinstance(left, int) and right >= 0 else None
+        return left ** right
+    except (OverflowError, ZeroDivisionError, ValueError, TypeError):
+        return None
 
 
 def _number(value: int | float) -> str:
@@ -619,6 +670,31 @@ def _input_free(node: ast.AST | None, scope: _Scope, imports: dict[str, str]) ->
         return all(_input_free(c, scope, imports) for c in ast.iter_child_nodes(node)
                    if isinstance(c, (ast.expr, ast.keyword)))
     return False
+
+
+_ORDER_VIEWS = frozenset({"iter", "next", "list", "tuple", "enumerate", "zip", "str", "repr",
+                          "join", "format", "reversed"})
+"""Calls whose result shows the order of a set they are handed."""
+
+
+def _set_names(tree: ast.AST) -> frozenset[str]:
+    """Module-level names bound to a set (a display, a comprehension, ``set(...)``,
+    ``frozenset(...)``), whose iteration order follows the hash seed."""
+    out = set()
+    for node in tree.body if isinstance(tree, ast.Module) else []:
+        value = getattr(node, "value", None)
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and (
+                isinstance(value, (ast.Set, ast.SetComp)) or isinstance(value, ast.Call)
+                and _callee(value.func) in ("set", "frozenset")):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            out.update(t.id for t in targets if isinstance(t, ast.Name))
+    return frozenset(out)
+
+
+def _set_arguments(call: ast.Call, sets: frozenset[str]) -> list[str]:
+    """The module-level sets `call` is handed (or, for ``", ".join(S)``, joins)."""
+    args = [*call.args, *(k.value for k in call.keywords)]
+    return [a.id for a in args if isinstance(a, ast.Name) and a.id in sets]
 
 
 def _input_free_block(body: list[ast.stmt], scope: _Scope, imports: dict[str, str]) -> bool:
@@ -852,6 +928,7 @@ def _units(tree: ast.AST) -> list[_Unit]:
     imports = _imports(tree)
 
     module_scope = _scope(tree, imports=imports)
+    module_sets = _set_names(tree)
 
     def visit(nodes: Iterable[ast.AST], scope: tuple[str, ...], special: str | None,
               owned: frozenset[str] | None = None, in_class: bool = False,
@@ -873,6 +950,12 @@ def _units(tree: ast.AST) -> list[_Unit]:
             feats += [(("environment", what), getattr(n, "lineno", 0)) for n in nodes
                       if (what := _environment(n, imports)
                           or _literal_probe(n, literals, imports))]
+            feats += [(("environment", f"the order of the set `{name}` (through "
+                                       f"`{_callee(n.func)}`), which follows the process's "
+                                       "hash seed: a coin, right under the test run's seed"),
+                       getattr(n, "lineno", 0)) for n in nodes if isinstance(n, ast.Call)
+                      and _callee(n.func) in _ORDER_VIEWS
+                      for name in _set_arguments(n, module_sets)]
             if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) \
                     and _input_free_block(node.body, literals, imports):
                 feats.append((("environment", "a `try` around code that uses no input: "
@@ -1410,6 +1493,8 @@ class Vocabulary:
     worldly_names: set[str] = field(default_factory=set)
     """Module-level names bound at import to a read of the world (the machine's time zone:
     isodate's ``STDOFFSET``), or to a value built from one."""
+    aliases: dict[str, str] = field(default_factory=dict)
+    """Names the modules import a name under (``P_`` -> ``_pgettext``)."""
     _functions: dict[str, list] = field(default_factory=dict)
     """Per function name: [changes module-level state itself, reads the world itself, the
     names it calls, changes what it is handed (or a function nested in it does), the
@@ -1455,6 +1540,9 @@ class Vocabulary:
             return self._closures[which]
         found = {name for name, facts in self._functions.items() if facts[which]}
         while True:
+            # a name a module imports a function under is that function (humanize's
+            # `from .i18n import _pgettext as P_`)
+            found |= {alias for alias, name in self.aliases.items() if name in found}
             more = {name for name, facts in self._functions.items()
                     if name not in found and facts[2] & found}
             if not more:
@@ -1523,6 +1611,9 @@ class Vocabulary:
         self._closures.clear()
         self._learn_functions(tree)
         for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom):
+                self.aliases.update((a.asname, a.name) for a in node.names
+                                    if a.asname and a.asname != a.name)
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and \
                     not node.name.startswith("__") and \
                     any(_reflects_on_data(call) for call in ast.walk(node)):
