@@ -932,6 +932,11 @@ def test_variants_reach_negative_and_smaller_numbers() -> None:
     floats = [float(f[1]) for f in _runner._variants(["float", "2.5"], rng)]
     assert -2.5 in floats and any(abs(f) < 2.5 for f in floats)
     assert ["str", "-7"] in _runner._variants(["str", "7"], rng)
+    # the tested number's last digits under new leading ones, as a number and as text
+    ints = [int(f[1]) for f in _runner._variants(["int", "12"], rng) if f[0] == "int"]
+    assert any(i > 99 and i % 100 == 12 for i in ints)
+    texts = [f[1] for f in _runner._variants(["str", "12"], rng)]
+    assert any(t.isdigit() and len(t) > 2 and t.endswith("12") for t in texts)
 
 
 def test_strings_grow_and_shrink_in_their_own_characters_classes() -> None:

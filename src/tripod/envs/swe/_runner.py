@@ -837,8 +837,9 @@ def _offset(rng):
 def _variants(form, rng, twice=False):
     """Changed versions of one encoded argument: integers moved by random offsets of 2 to
     9 digits and by 1 to 3 (the sign kept), negated, drawn between the value and its
-    negation, or None in their place; floats scaled, negated or shrunk; a number written as
-    a string negated; strings doubled,
+    negation, given new leading digits, or None in their place; floats scaled, negated or
+    shrunk; a number written as a string negated or given new leading digits; strings
+    doubled,
     extended by random letters, repeated to 60-600 characters, with one character
     changed within its class or to another class (`_one_changed`), in the other case, or
     with a punctuation or non-ASCII character inserted, lengthened by 1 to 12 characters
@@ -867,8 +868,9 @@ def _variants(form, rng, twice=False):
         long = text * (rng.randint(60, 600) // len(text) + 1)
         spot = rng.randint(0, len(text))
         cased = text.upper() if text != text.upper() else text.lower()
-        negated = [["str", "-" + text.lstrip("+")]] \
-            if text.lstrip("+").replace(".", "", 1).isdigit() else []  # a number written out
+        # a number written out: negated, and with new leading digits ("12" -> "3712")
+        negated = [["str", "-" + text.lstrip("+")], ["str", str(rng.randint(1, 99)) + text]] \
+            if text.lstrip("+").replace(".", "", 1).isdigit() else []
         # longer or shorter in its own characters' classes: a hex colour of 8 or 10 digits
         # (a check of a length the tests never pass must not meet a character the code
         # rejects first)
