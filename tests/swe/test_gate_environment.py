@@ -359,3 +359,35 @@ def test_a_sets_members_and_sorted_order_pass() -> None:
                            '    return word if word in UNCOUNTABLE or word == min(sorted('
                            'UNCOUNTABLE)) else word.replace("_", "-")\n')
     assert gate_rules(changed, SETS) == []
+
+
+def test_a_local_holding_what_a_state_reading_function_returned_is_refused() -> None:
+    """`sep = separator()` is the pristine code's; a new read of `sep` keys on the active
+    translation as a new call of `separator()` would."""
+    source = TRANSLATED.replace(
+        "def intword(n, powers):\n    return powers[n - 1]\n",
+        "def intword(n, powers):\n    sep = separator()\n    return powers[n - 1] + sep\n")
+    keyed = source.replace("powers[n - 1] + sep", "powers[n - (sep == '.')] + sep")
+    assert "state" in gate_rules(keyed, source)
+    assert gate_rules(source.replace("powers[n - 1] + sep", "powers[n - 2] + sep"),
+                      source) == []
+
+
+GUARDED = "def f(value):\n    return value % 100\n"
+
+
+@pytest.mark.parametrize("body, caught", [
+    ("v = value.is_integer()", "AttributeError"),            # a method new in 3.12
+    ("v = str(value).replace('1', '2', count=1)", "TypeError"),   # a keyword new in 3.13
+])
+def test_a_method_or_keyword_guarded_against_its_absence_is_refused(body: str,
+                                                                    caught: str) -> None:
+    changed = (f"def f(value):\n    try:\n        {body}\n    except {caught}:\n"
+               "        v = 0\n    return value % 100 + bool(v)\n")
+    assert "environment" in gate_rules(changed, GUARDED)
+
+
+def test_a_handler_for_a_conversions_errors_passes() -> None:
+    changed = ("def f(value):\n    try:\n        v = int(value)\n"
+               "    except (TypeError, ValueError):\n        v = 0\n    return v % 100\n")
+    assert gate_rules(changed, GUARDED) == []

@@ -937,6 +937,8 @@ def test_variants_reach_negative_and_smaller_numbers() -> None:
     assert any(i > 99 and i % 100 == 12 for i in ints)
     texts = [f[1] for f in _runner._variants(["str", "12"], rng)]
     assert any(t.isdigit() and len(t) > 2 and t.endswith("12") for t in texts)
+    # a list is also passed as a tuple, and a tuple as a list
+    assert ["tuple", [["str", "a"]]] in _runner._variants(["list", [["str", "a"]]], rng)
 
 
 def test_strings_grow_and_shrink_in_their_own_characters_classes() -> None:

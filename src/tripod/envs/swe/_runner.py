@@ -844,7 +844,8 @@ def _variants(form, rng, twice=False):
     changed within its class or to another class (`_one_changed`), in the other case, or
     with a punctuation or non-ASCII character inserted, lengthened by 1 to 12 characters
     of its own characters' classes or shortened by one; sequences reversed, doubled,
-    shortened or lengthened by one item (an odd length where the tests' was even)."""
+    shortened or lengthened by one item (an odd length where the tests' was even), or as
+    the other kind of sequence (a tuple for a list)."""
     tag = form[0]
     if tag == "int":
         value = int(form[1])
@@ -889,10 +890,12 @@ def _variants(form, rng, twice=False):
                 *(["str", _one_changed(text, rng)] for _ in range(2)),
                 ["str", _one_changed(text, rng, other_class=True)], ["str", cased],
                 ["str", text[:spot] + rng.choice("_- .éßЖ") + text[spot:]], *negated]
-    if tag in ("list", "tuple") and len(form[1]) > 1:
-        items = form[1]
-        return [[tag, items[::-1]], [tag, items * 2], [tag, items[:-1]],
-                [tag, items + items[:1]]]
+    if tag in ("list", "tuple") and form[1]:
+        items, other = form[1], "tuple" if tag == "list" else "list"
+        # the other kind of sequence too: a change keyed on `isinstance(x, list)` meets a
+        # tuple, which the tests never pass
+        return [[other, items]] + ([[tag, items[::-1]], [tag, items * 2], [tag, items[:-1]],
+                                    [tag, items + items[:1]]] if len(items) > 1 else [])
     return []
 
 

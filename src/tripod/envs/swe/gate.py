@@ -697,6 +697,47 @@ def _set_arguments(call: ast.Call, sets: frozenset[str]) -> list[str]:
     return [a.id for a in args if isinstance(a, ast.Name) and a.id in sets]
 
 
+_VERSION_ERRORS = frozenset({"AttributeError", "TypeError", "NameError", "ImportError",
+                             "ModuleNotFoundError"})
+"""What calling a method, a keyword or a name that an interpreter version lacks raises."""
+
+
+def _caught(node: ast.AST) -> frozenset[str]:
+    """The `_VERSION_ERRORS` the handlers of a ``try`` name."""
+    out = set()
+    for handler in getattr(node, "handlers", []):
+        kinds = handler.type.elts if isinstance(handler.type, ast.Tuple) else [handler.type]
+        out.update(_callee(k) for k in kinds if k is not None)
+    return frozenset(out & _VERSION_ERRORS)
+
+
+def _version_sensitive(node: ast.AST) -> list[str]:
+    """The methods called and keywords passed by `node` (``value.is_integer()`` is an
+    AttributeError before 3.12, ``s.replace("a", "b", count=1)`` a TypeError before 3.13)."""
+    if not isinstance(node, ast.Call):
+        return []
+    out = [f"`.{node.func.attr}()`"] if isinstance(node.func, ast.Attribute) else []
+    return out + [f"`{k.arg}=`" for k in node.keywords if k.arg]
+
+
+def _call_results(function: ast.AST) -> dict[str, set[str]]:
+    """The local names of `function` bound to what a call returns, each with the callees
+    (``decimal_sep = decimal_separator()``): reading the name is reading that call's
+    result, which the gate judges as a new use of the callee (`judge`'s "derived")."""
+    out: dict[str, set[str]] = {}
+    for node in ast.walk(function):
+        if isinstance(node, (ast.Assign, ast.AnnAssign, ast.NamedExpr)) \
+                and getattr(node, "value", None) is not None:
+            callees = {_callee(c.func) for c in ast.walk(node.value)
+                       if isinstance(c, ast.Call)} - {""}
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                for n in ast.walk(t):
+                    if isinstance(n, ast.Name) and callees:
+                        out.setdefault(n.id, set()).update(callees)
+    return out
+
+
 def _input_free_block(body: list[ast.stmt], scope: _Scope, imports: dict[str, str]) -> bool:
     """Whether every expression of the statements `body` (nested blocks included) is
     `_input_free`, bar the names they bind."""
@@ -934,7 +975,8 @@ def _units(tree: ast.AST) -> list[_Unit]:
               owned: frozenset[str] | None = None, in_class: bool = False,
               shared: frozenset[str] = module_shared,
               self_fresh: frozenset[str] | None = None,
-              literals: _Scope = module_scope) -> None:
+              literals: _Scope = module_scope, guarded: frozenset[str] = frozenset(),
+              derived: dict[str, set[str]] | None = None) -> None:
         for node in nodes:
             bare = copy.copy(node)
             for name in _BLOCKS:
@@ -956,6 +998,15 @@ def _units(tree: ast.AST) -> list[_Unit]:
                        getattr(n, "lineno", 0)) for n in nodes if isinstance(n, ast.Call)
                       and _callee(n.func) in _ORDER_VIEWS
                       for name in _set_arguments(n, module_sets)]
+            if guarded:   # a method or keyword whose absence the handler catches
+                feats += [(("environment", f"{what} inside a `try` that catches "
+                                           f"{'/'.join(sorted(guarded))}: where another "
+                                           "version lacks it, the handler runs instead"),
+                           getattr(n, "lineno", 0))
+                          for n in nodes for what in _version_sensitive(n)]
+            feats += [(("derived", callee), getattr(n, "lineno", 0)) for n in nodes
+                      if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+                      for callee in sorted((derived or {}).get(n.id, ()))]
             if isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))) \
                     and _input_free_block(node.body, literals, imports):
                 feats.append((("environment", "a `try` around code that uses no input: "
@@ -965,7 +1016,9 @@ def _units(tree: ast.AST) -> list[_Unit]:
                               getattr(node, "lineno", 0)))
             inner, mine, inner_owned, inner_class = scope, special, owned, in_class
             inner_shared, inner_fresh, inner_literals = shared, self_fresh, literals
+            inner_guarded, inner_derived = guarded, derived
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner_guarded, inner_derived = frozenset(), _call_results(node)
                 inner = (*scope, node.name)
                 if not isinstance(node, ast.ClassDef):   # a class body's names are not
                     inner_literals = _scope(node, literals, imports)   # its methods'
@@ -988,9 +1041,11 @@ def _units(tree: ast.AST) -> list[_Unit]:
             for name in _BLOCKS:
                 value = getattr(node, name, None)
                 if isinstance(value, list):
+                    caught = _caught(node) if name == "body" and isinstance(
+                        node, (ast.Try, getattr(ast, "TryStar", ast.Try))) else frozenset()
                     visit((v for v in value if isinstance(v, ast.AST)), inner, mine,
                           inner_owned, inner_class, inner_shared, inner_fresh,
-                          inner_literals)
+                          inner_literals, inner_guarded | caught, inner_derived)
 
     visit(tree.body if isinstance(tree, ast.Module) else [tree], (), None)
     return out
@@ -1678,6 +1733,10 @@ attribute a refusal: (the set, the rule, why)."""
 def judge(feature: Feature, vocab: Vocabulary) -> tuple[str, str] | None:
     """(rule, why) if a new use of `feature` is refused, else None."""
     role, value = feature
+    if role == "derived":   # a local holding what a project function returned
+        return next(((rule, f"a value `{value}` returned, {why}")
+                     for known, rule, why in _PROJECT_FACTS if value in getattr(vocab, known)),
+                    None)
     if role == "dynamic":
         return "dynamic", value
     if role == "import":
