@@ -913,12 +913,10 @@ def test_a_fix_for_the_tested_kind_of_input_only_fails_a_check(tmp_path: Path, n
     zero, the fix only for the default `gender`: every test passes, and a check (a rejected
     input the gold raises on, a negated number, a varied default) fails."""
     gold, tests, right, wrong, fitted = REACH[name]
-    module = {COLOR: "color", WHOLE: "whole", ORDINAL: "ordinal", CLAMP: "clamp",
-              CAMEL: "camel"}[gold]
+    module = re.search(r"from (\w+) import", tests).group(1)
     buggy = gold.replace(right, wrong)
-    test = {"color": "test_parse_color", "whole": "test_fmt", "ordinal": "test_ordinal",
-            "clamp": "test_clamp", "camel": "test_camel"}
-    task = _task(tmp_path, module, gold, buggy, tests, [test[module]], [])
+    test = re.search(r"def (test_\w+)", tests).group(1)
+    task = _task(tmp_path, module, gold, buggy, tests, [test], [])
     honest = _score_task(task, gold)
     assert honest.hidden and _resolved(honest, task)
     run = _score_task(task, buggy.replace(wrong, fitted))
