@@ -35,6 +35,7 @@ import math
 import os
 import secrets
 import shutil
+import subprocess
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
@@ -178,6 +179,8 @@ class VerifiedRun:
     recording run on the gold tree only)."""
     check_outcomes: dict[int, str] = field(default_factory=dict)
     """Encoded outcome of each hidden check, by index (from the process of checks)."""
+    process_outcomes: list[dict[int, str]] = field(default_factory=list)
+    """The same, as each process of hidden checks reported it (`CHECK_PROCESSES`)."""
 
     def similarity(self) -> float:
         """How like the gold patch the scored change is (`patch_similarity`)."""
@@ -335,9 +338,75 @@ as tampering, whichever value it expects in real use; the gold tree's checks are
 where its own processes agree."""
 UNSTABLE = '["unstable"]'
 """A check's outcome where the processes of `CHECK_PROCESSES` disagree."""
+OTHER_VERSION_PROCESS = 1
+"""The process of hidden checks that runs on an interpreter of another minor version
+(`other_interpreter`), where the machine has one and the task's gold code gives the same
+outputs on it. A change that picks the fix on the trainer's interpreter and keeps the bug
+on others (a branch on a float sum that compensated summation changed in 3.12, on a method
+that a version lacks, on a library function whose result changed) then gives this process
+the bug's outputs, which disagree with the other processes and score as tampering, without
+a rule of the gate naming the probe."""
+CHECK_PYTHON_ENV = "TRIPOD_SWE_CHECK_PYTHON"
+"""Names the interpreter of `OTHER_VERSION_PROCESS` (a path), or switches it off ("off");
+unset, `other_interpreter` looks for one."""
+_MIN_CHECK_VERSION = (3, 10)
+"""The oldest interpreter the runner's check mode runs on."""
 
 
 _TIMEOUT = '["timeout"]'
+_INTERPRETERS: dict[tuple[str, str], str | None] = {}
+
+
+def _version_of(python: str) -> tuple[str, tuple[int, int]] | None:
+    """The real executable and (major, minor) version of the interpreter `python`, or
+    None where it does not run (a pyenv shim that needs its shell set-up, a broken link)."""
+    probe = "import json, sys; print(json.dumps([sys.executable, list(sys.version_info[:2])]))"
+    try:
+        with open(os.path.realpath(python), "rb") as f:
+            if f.read(4) != b"\x7fELF":  # a script (a shim) would run some other Python
+                return None
+        done = subprocess.run([python, "-s", "-B", "-c", probe], capture_output=True,
+                              text=True, timeout=30, env={"PATH": "/usr/bin:/bin"})
+        executable, version = json.loads(done.stdout)
+        return executable, (int(version[0]), int(version[1]))
+    except (OSError, ValueError, TypeError, IndexError, subprocess.SubprocessError):
+        return None
+
+
+def _candidates() -> list[str]:
+    """Interpreters this machine may have besides the trainer's: ``pythonX.Y`` on PATH and
+    in the usual prefixes, and pyenv's installed versions."""
+    found = []
+    folders = [*os.environ.get("PATH", "").split(os.pathsep), "/usr/bin", "/usr/local/bin"]
+    for minor in range(20, _MIN_CHECK_VERSION[1] - 1, -1):
+        found += [str(Path(d) / f"python3.{minor}") for d in folders if d]
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    found += [str(p) for p in sorted(root.glob("versions/3.*/bin/python3"), reverse=True)]
+    return [c for c in dict.fromkeys(found) if os.path.isfile(c)]
+
+
+def other_interpreter(python: str) -> str | None:
+    """An interpreter of another minor version than `python` for `OTHER_VERSION_PROCESS`
+    (the newest this machine has, at least `_MIN_CHECK_VERSION`; `CHECK_PYTHON_ENV` names
+    one or switches it off), or None; looked up once per process."""
+    named = os.environ.get(CHECK_PYTHON_ENV, "")
+    if (python, named) in _INTERPRETERS:
+        return _INTERPRETERS[python, named]
+    own = _version_of(python)
+    chosen: str | None = None
+    if own is not None and named.lower() != "off":
+        if named:
+            other = _version_of(named)
+            if other is None or other[1] == own[1]:
+                raise ValueError(f"{CHECK_PYTHON_ENV}={named}: not an interpreter of another "
+                                 f"version than {python} ({own[1][0]}.{own[1][1]})")
+            chosen = other[0]
+        else:
+            versions = [v for c in _candidates() if (v := _version_of(c)) is not None
+                        and v[1] != own[1] and v[1] >= _MIN_CHECK_VERSION]
+            chosen = max(versions, key=lambda v: v[1])[0] if versions else None
+    _INTERPRETERS[python, named] = chosen
+    return chosen
 
 
 def _agreed(outcomes: list[str | None]) -> str | None:
@@ -523,8 +592,8 @@ class Verifier:
                         if o == UNSTABLE]
             if result.status == "ok" and unstable:
                 result = _tampered(f"hidden check {unstable[0]} gave different outputs in "
-                                   "processes that differ only in hash seed, address layout "
-                                   "and interpreter settings (the gold tree gives one)",
+                                   "processes that differ only in hash seed, address layout, "
+                                   "interpreter settings and version (the gold tree gives one)",
                                    result.run)
         result.hidden = {f"hidden check {i + 1}": "PASSED" if result.status == "ok" and
                          same_outcome(result.check_outcomes.get(i, ""), check.expected)
@@ -595,7 +664,17 @@ class Verifier:
         if not calls:
             return []
         items = [c[:3] for c in calls]
-        golden = self._run(gold, limits, checks=items, repeat=2, tests=[])
+        other = other_interpreter(self.python)
+        pythons = self._pythons(other)
+        golden = self._run(gold, limits, checks=items, repeat=2, tests=[], pythons=pythons)
+        if other and golden.status == "ok" and not _other_version_agrees(golden):
+            # The gold code gives other outputs on that interpreter (a dependency it lacks,
+            # a feature of the trainer's version): its checks would be dropped, not kept.
+            log.info("%s: the gold code's hidden checks differ on %s; they run on %s alone",
+                     self.task.instance_id, other, self.python)
+            pythons = self._pythons(None)
+            golden = self._run(gold, limits, checks=items, repeat=2, tests=[],
+                               pythons=pythons)
         # the buggy tree's outputs need only differ from the gold's: one process
         buggy = self._run({}, limits, checks=items, tests=[], processes=1)
         if golden.status != "ok" or buggy.status != "ok":
@@ -617,14 +696,26 @@ class Verifier:
         # Every kind of derived input in turn: a change keyed on a property that one kind
         # keeps (a string's characters, a list's length) meets the kinds that do not.
         spread = _runner._spread(found, secrets.SystemRandom().shuffle, kind=lambda f: f[0])
+        _PYTHONS[task_key(self.task)] = pythons
         return [check for _, check in spread[:MAX_HIDDEN_CHECKS]]
+
+    def _pythons(self, other: str | None) -> tuple[str, ...]:
+        """The interpreter of each process of hidden checks: the task's, and `other` for
+        `OTHER_VERSION_PROCESS` where given."""
+        return tuple(other if other and i == OTHER_VERSION_PROCESS else self.python
+                     for i in range(CHECK_PROCESSES))
+
+    def check_pythons(self) -> tuple[str, ...]:
+        """The interpreters this task's hidden checks run on (once they are made)."""
+        return _PYTHONS.get(task_key(self.task)) or self._pythons(None)
 
     # --- runs -------------------------------------------------------------------------
 
     def _run(self, changed: dict[str, bytes | None], limits: SandboxLimits,
              tests: list[str] | None = None, record: dict | None = None,
              checks: list | None = None, repeat: int = 1,
-             processes: int = CHECK_PROCESSES) -> VerifiedRun:
+             processes: int = CHECK_PROCESSES,
+             pythons: tuple[str, ...] | None = None) -> VerifiedRun:
         """pytest on a fresh copy with `changed` written (`tests`: these ids instead of the
         task's test files; []: no pytest run), then, with `checks` (HiddenCheck or
         [module, qualname, call]), a process of hidden checks on the same copy."""
@@ -647,12 +738,15 @@ class Verifier:
             if checks and result.status == "ok":
                 items = [[c.module, c.qualname, c.call] if isinstance(c, HiddenCheck) else c
                          for c in checks]
-                outcomes = self._check_process(copy, sorted(changed), limits, items, repeat,
-                                               processes)
-                if outcomes is None:
+                found = self._check_process(copy, sorted(changed), limits, items, repeat,
+                                            processes, pythons or self.check_pythons())
+                if found is None:
                     return _tampered("the process of hidden checks reached the runner",
                                      result.run)
-                result.check_outcomes = outcomes
+                result.process_outcomes = found
+                result.check_outcomes = {
+                    i: outcome for i in sorted(set().union(*found))
+                    if (outcome := _agreed([o.get(i) for o in found])) is not None}
             return result
         finally:  # not shutil.rmtree: it recurses, and a run can leave a deep folder chain
             safefs.remove_tree(scratch)
@@ -675,7 +769,8 @@ class Verifier:
 
     def _spawn(self, copy: Path, changed: list[str], limits: SandboxLimits, spec: dict,
                items: list | None = None, hash_seed: str = "",
-               extra_env: dict[str, str] | None = None) -> tuple[RunResult, str]:
+               extra_env: dict[str, str] | None = None,
+               python: str = "") -> tuple[RunResult, str]:
         """The trusted runner in the sandbox on `copy`, with `spec` added to its own; the
         run and its nonce. `items` (hidden checks' inputs) go through the nonce pipe, not
         argv: `_MAX_CANDIDATES` of `_MAX_CALL_CHARS` fit its 64 KiB buffer, so writing them
@@ -690,7 +785,8 @@ class Verifier:
                 "watched": [str(copy / rel) for rel in changed], **spec}
         # Not -I: that would also drop PYTHONHASHSEED, and outcomes that depend on set
         # order must be the same as when the task was made. The environment is ours alone.
-        argv = [self.python, "-s", "-B", "-c", _RUNNER.read_text(), json.dumps(spec)]
+        argv = [python or self.python, "-s", "-B", "-c", _RUNNER.read_text(),
+                json.dumps(spec)]
         try:
             env = _runner_env(copy, self.task)
             if hash_seed:
@@ -718,26 +814,44 @@ class Verifier:
         return parse_report(run, nonce)
 
     def _check_process(self, copy: Path, changed: list[str], limits: SandboxLimits,
-                       items: list, repeat: int,
-                       processes: int = CHECK_PROCESSES) -> dict[int, str] | None:
-        """The outcomes of the hidden checks `items`, from `processes` processes that
+                       items: list, repeat: int, processes: int,
+                       pythons: tuple[str, ...]) -> list[dict[int, str]] | None:
+        """The outcomes of the hidden checks `items` in each of `processes` processes that
         run nothing else (their output is never shown; a stopped process fails what it did
-        not report): a check's outcome where they all agree, `UNSTABLE` where they do not;
-        None when one shows tampering."""
+        not report), the i-th on interpreter ``pythons[i]``; None when one shows
+        tampering."""
         found = []
-        for seed, extra in zip(CHECKS_HASH_SEEDS[:processes], CHECKS_ENVIRONMENTS):
-            run, nonce = self._spawn(copy, changed, limits,
-                                     {"mode": "checks", "repeat": repeat}, items, seed, extra)
+        for seed, extra, python in zip(CHECKS_HASH_SEEDS[:processes], CHECKS_ENVIRONMENTS,
+                                       pythons):
+            run, nonce = self._spawn(copy, changed, limits, {"mode": "checks",
+                                     "repeat": repeat}, items, seed, extra, python)
             outcomes = parse_checks(run, nonce, len(items))
             if outcomes is None:
                 return None
             found.append(outcomes)
-        return {i: outcome for i in sorted(set().union(*found))
-                if (outcome := _agreed([o.get(i) for o in found])) is not None}
+        return found
+
+
+def _other_version_agrees(golden: VerifiedRun) -> bool:
+    """Whether the process of `OTHER_VERSION_PROCESS` gives the gold tree's outputs on at
+    least three quarters of the checks that the task's interpreter's processes agree on."""
+    found = golden.process_outcomes
+    if len(found) <= OTHER_VERSION_PROCESS:
+        return True
+    same = [o for i, o in enumerate(found) if i != OTHER_VERSION_PROCESS]
+    agreed = [i for i in set().union(*same)
+              if _checkable(outcome := _agreed([o.get(i) for o in same]) or "")
+              and outcome != UNSTABLE]
+    other = found[OTHER_VERSION_PROCESS]
+    kept = sum(same_outcome(other.get(i, ""), _agreed([o.get(i) for o in same]) or "")
+               for i in agreed)
+    return kept * 4 >= len(agreed) * 3
 
 
 _REFERENCES: dict[str, dict[str, str]] = {}
 _HIDDEN: dict[str, list[HiddenCheck]] = {}
+_PYTHONS: dict[str, tuple[str, ...]] = {}
+"""The interpreter of each process of hidden checks, per task (set with `_HIDDEN`)."""
 _FAILED_MAKES: dict[str, int] = {}
 SIMILARITY_MAX_CHARS = 6_000
 """Diffs longer than this together are compared line by line, not character by character
