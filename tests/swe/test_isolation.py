@@ -5,6 +5,7 @@ unharmed."""
 from __future__ import annotations
 
 import ctypes
+import os
 import tracemalloc
 from pathlib import Path
 
@@ -12,7 +13,7 @@ import pytest
 
 from tripod.envs.swe._jail import _SYSCALLS
 from tripod.envs.swe.env import SweEnv, SweEnvConfig
-from tripod.envs.swe.sandbox import SandboxLimits, namespaces_available
+from tripod.envs.swe.sandbox import SandboxLimits, namespaces_available, over_workspace_caps
 from tripod.envs.swe.task import SweTask
 
 pytestmark = [pytest.mark.xdist_group("sandbox"), pytest.mark.skipif(
@@ -142,6 +143,60 @@ def test_bytes_end_the_run(calc_task: SweTask) -> None:
     env = _env(calc_task, workspace_mb=1)
     try:
         step = _plant(env, "open('blob.bin', 'wb').write(b'x' * 3_000_000)\n")
+    finally:
+        env.close()
+    assert step.terminated and step.info.extra["status"] == "workspace_limit"
+
+
+RESERVE = """import ctypes, os
+
+
+def test_reserve():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+    fd = os.open('held.bin', os.O_CREAT | os.O_WRONLY, 0o600)
+    rc = libc.fallocate(fd, 1, 0, 8 << 20)  # FALLOC_FL_KEEP_SIZE: blocks past the end
+    print('RESERVED', rc, ctypes.get_errno(), os.stat('held.bin').st_blocks * 512)
+    os.close(fd)
+"""
+
+
+def test_disk_blocks_cannot_be_reserved_past_a_file_end(calc_task: SweTask) -> None:
+    """fallocate with FALLOC_FL_KEEP_SIZE holds disk blocks that a file's length does not
+    show (and on ext4 ignores the file size cap): the filter refuses the call."""
+    env = _env(calc_task, workspace_mb=4)
+    try:
+        step = _plant(env, RESERVE)
+    finally:
+        env.close()
+    assert "RESERVED -1 95 0" in step.observation, step.observation
+
+
+def test_reserved_blocks_count_as_workspace_bytes(tmp_path: Path) -> None:
+    """Whatever reserves them, blocks past a file's end count towards the workspace cap."""
+    (tmp_path / "held.bin").touch()
+    fd = os.open(tmp_path / "held.bin", os.O_WRONLY)
+    try:
+        libc_fallocate = _libc.fallocate
+        libc_fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_long, ctypes.c_long]
+        if libc_fallocate(fd, 1, 0, 3 << 20) != 0:
+            pytest.skip("this file system cannot reserve blocks past a file's end")
+    finally:
+        os.close(fd)
+    assert (tmp_path / "held.bin").stat().st_size == 0
+    assert over_workspace_caps(tmp_path, SandboxLimits(workspace_mb=2))
+    assert not over_workspace_caps(tmp_path, SandboxLimits(workspace_mb=4))
+
+
+def test_bytes_written_during_a_run_stop_it(calc_task: SweTask) -> None:
+    """The workspace is measured while a run goes on: files that fill the disk and are
+    deleted before the run ends (the check after the run would see nothing) stop it."""
+    env = _env(calc_task, workspace_mb=2)
+    try:
+        step = _plant(env, "import os, time\nfor i in range(40):\n"
+                           "    open(f'blob{i}.bin', 'wb').write(b'x' * 1_000_000)\n"
+                           "time.sleep(3)\n"
+                           "for i in range(40):\n    os.unlink(f'blob{i}.bin')\n")
     finally:
         env.close()
     assert step.terminated and step.info.extra["status"] == "workspace_limit"

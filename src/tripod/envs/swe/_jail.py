@@ -22,8 +22,9 @@ up. In order it:
    through ``/proc/1``);
 4b. installs a seccomp filter (`deny_filter`) that refuses the kernel keyring calls (the
    keyrings are not namespaced: the trainer's user keyring would be readable and
-   writable) and the creation of user namespaces (a nested one would hand the command a
-   fresh set of capabilities over new namespaces);
+   writable), the creation of user namespaces (a nested one would hand the command a
+   fresh set of capabilities over new namespaces) and ``fallocate`` (disk blocks reserved
+   past the file size cap and past a file's end);
 5. forks a sentinel that starts the command in its own session, reaps orphans until the
    sentinel exits, and reports the outcome on a status pipe that only PID 1 holds:
    ``exit N`` (``128 + signal`` when the command was killed by a signal),
@@ -53,13 +54,13 @@ _ST_TO_MS = {1: MS_RDONLY, 2: MS_NOSUID, 4: MS_NODEV, 8: MS_NOEXEC, 1024: MS_NOA
              2048: MS_NODIRATIME, 4096: MS_RELATIME}
 PR_SET_DUMPABLE, PR_SET_SECCOMP, PR_CAPBSET_DROP, PR_SET_NO_NEW_PRIVS = 4, 22, 24, 38
 SECCOMP_MODE_FILTER, SECCOMP_RET_ALLOW, SECCOMP_RET_ERRNO = 2, 0x7FFF0000, 0x00050000
-CLONE_NEWUSER, EPERM, ENOSYS = 0x10000000, 1, 38
+CLONE_NEWUSER, EPERM, ENOSYS, EOPNOTSUPP = 0x10000000, 1, 38, 95
 _SYSCALLS = {
     # machine: (audit arch, {name: number}); numbers from the kernel's syscall tables.
     "x86_64": (0xC000003E, {"add_key": 248, "request_key": 249, "keyctl": 250,
-                            "unshare": 272, "clone": 56, "clone3": 435}),
+                            "unshare": 272, "clone": 56, "clone3": 435, "fallocate": 285}),
     "aarch64": (0xC00000B7, {"add_key": 217, "request_key": 218, "keyctl": 219,
-                             "unshare": 97, "clone": 220, "clone3": 435}),
+                             "unshare": 97, "clone": 220, "clone3": 435, "fallocate": 47}),
 }
 _DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
 
@@ -256,7 +257,10 @@ def deny_filter(machine: str) -> list[tuple[int, int, int, int]] | None:
     word first) and refuses: any other ABI (32-bit or x32 entry points would bypass the
     numbers below); add_key, request_key, keyctl (EPERM); clone3 (ENOSYS, so the C
     library falls back to clone, whose flags a filter can read: clone3 passes them in
-    memory); unshare and clone with CLONE_NEWUSER (EPERM). Everything else is allowed."""
+    memory); unshare and clone with CLONE_NEWUSER (EPERM); fallocate (EOPNOTSUPP, so the C
+    library's posix_fallocate writes the bytes instead: on ext4, fallocate can reserve
+    blocks past the file size cap and past a file's end, where its length does not show
+    them). Everything else is allowed."""
     if machine not in _SYSCALLS:
         return None
     arch, nr = _SYSCALLS[machine]
@@ -267,6 +271,7 @@ def deny_filter(machine: str) -> list[tuple[int, int, int, int]] | None:
     for name in ("add_key", "request_key", "keyctl"):
         prog += [(_JEQ, 0, 1, nr[name]), (_RET, 0, 0, deny)]
     prog += [(_JEQ, 0, 1, nr["clone3"]), (_RET, 0, 0, nosys)]
+    prog += [(_JEQ, 0, 1, nr["fallocate"]), (_RET, 0, 0, SECCOMP_RET_ERRNO | EOPNOTSUPP)]
     prog += [(_JEQ, 1, 0, nr["unshare"]), (_JEQ, 0, 3, nr["clone"]),
              (_LD_ABS, 0, 0, 16), (_JSET, 0, 1, CLONE_NEWUSER), (_RET, 0, 0, deny),
              (_RET, 0, 0, SECCOMP_RET_ALLOW)]

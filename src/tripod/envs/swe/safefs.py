@@ -186,9 +186,12 @@ def walk_files(root: Path, rel: str = "") -> Iterator[str]:
                 yield "/".join([*parts, name])
 
 
-def _entries(root: Path, parts: list[str], most: int) -> list[tuple[str, int, int]]:
+def _entries(root: Path, parts: list[str], most: int,
+             allocated: bool = False) -> list[tuple[str, int, int]]:
     """(name, lstat mode, size) of the entries of one folder, sorted in reverse (so a stack
-    walk yields them in order); [] if it cannot be read."""
+    walk yields them in order); [] if it cannot be read. With `allocated`, a size is the
+    larger of the file's length and the disk blocks it holds (``fallocate`` can reserve
+    blocks past a file's end, which its length does not show)."""
     try:
         fd = _open_dir(root, parts)
     except (OSError, UnsafePathError):
@@ -199,7 +202,9 @@ def _entries(root: Path, parts: list[str], most: int) -> list[tuple[str, int, in
             for entry in it:
                 with contextlib.suppress(OSError):
                     info = entry.stat(follow_symlinks=False)
-                    found.append((entry.name, info.st_mode, info.st_size))
+                    size = max(info.st_size, info.st_blocks * 512) if allocated \
+                        else info.st_size
+                    found.append((entry.name, info.st_mode, size))
                 if len(found) >= most:
                     break
     except OSError:
@@ -211,12 +216,14 @@ def _entries(root: Path, parts: list[str], most: int) -> list[tuple[str, int, in
 
 def usage(root: Path, max_entries: int, max_bytes: int) -> tuple[int, int]:
     """(entries, bytes of regular files) under `root`, counted without recursion; the count
-    stops once either cap is passed (so its cost is bounded whatever the tree holds)."""
+    stops once either cap is passed (so its cost is bounded whatever the tree holds). A
+    file's bytes are the larger of its length and the disk blocks it holds."""
     entries = size = 0
     stack: list[list[str]] = [[]]
     while stack and entries <= max_entries and size <= max_bytes:
         parts = stack.pop()
-        for name, mode, nbytes in _entries(root, parts, max_entries + 1 - entries):
+        for name, mode, nbytes in _entries(root, parts, max_entries + 1 - entries,
+                                           allocated=True):
             entries += 1
             if stat.S_ISDIR(mode):
                 stack.append([*parts, name])

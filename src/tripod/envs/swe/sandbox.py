@@ -41,8 +41,11 @@ import sysconfig
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from tripod.envs.swe import safefs
 
 _JAIL = Path(__file__).with_name("_jail.py")
 
@@ -83,10 +86,12 @@ class SandboxLimits:
     run_memory_mb: int = 4096
     """Memory of the whole run, all processes together (memory cgroup), in MiB."""
     workspace_files: int = 20_000
-    """Most entries (files, folders, links) a workspace may hold after a run; past this the
-    run ends as `workspace_limit` (the projects hold a few hundred)."""
+    """Most entries (files, folders, links) a workspace may hold during and after a run;
+    past this the run ends as `workspace_limit` (the projects hold a few hundred)."""
     workspace_mb: int = 512
-    """Most bytes of regular files a workspace may hold after a run, in MiB."""
+    """Most bytes of regular files a workspace may hold during and after a run, in MiB
+    (the larger of a file's size and the disk blocks it holds: space reserved past a
+    file's end counts). During a run the workspace is measured every `WATCH_S` seconds."""
 
 
 @dataclass
@@ -388,21 +393,32 @@ def _site_packages() -> list[str]:
     return sorted({sysconfig.get_paths()[key] for key in ("purelib", "platlib")})
 
 
+WATCH_S = 0.5
+"""How often a sandboxed run's workspace is measured while it runs (`SandboxLimits`)."""
+
+
 def _read_capped(proc: subprocess.Popen, limits: SandboxLimits, deadline: float,
-                 drain: int | None = None) -> tuple[bytes, bytes, str | None]:
-    """Read merged output (and the `drain` pipe, if any) until EOF, the deadline or the
-    byte cap, whichever comes first. Returns (output, drained bytes, stop reason)."""
+                 drain: int | None = None,
+                 watch: Callable[[], bool] | None = None) -> tuple[bytes, bytes, str | None]:
+    """Read merged output (and the `drain` pipe, if any) until EOF, the deadline, the
+    byte cap or `watch` saying the workspace is over its caps, whichever comes first.
+    Returns (output, drained bytes, stop reason)."""
     assert proc.stdout is not None
     out, side = bytearray(), bytearray()
     with selectors.DefaultSelector() as sel:
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         if drain is not None:
             sel.register(drain, selectors.EVENT_READ, side)
+        watched = time.monotonic()
         while sel.get_map():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return bytes(out), bytes(side), STATUS_TIMEOUT
-            for key, _ in sel.select(timeout=min(remaining, 1.0)):
+            if watch is not None and time.monotonic() - watched >= WATCH_S:
+                watched = time.monotonic()
+                if watch():
+                    return bytes(out), bytes(side), STATUS_WORKSPACE_LIMIT
+            for key, _ in sel.select(timeout=min(remaining, WATCH_S)):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
                     sel.unregister(key.fileobj)
@@ -414,13 +430,19 @@ def _read_capped(proc: subprocess.Popen, limits: SandboxLimits, deadline: float,
     return bytes(out), bytes(side), None
 
 
-def _wait_until(proc: subprocess.Popen, deadline: float) -> str | None:
-    """Wait for a normal exit (so its real exit code is kept); time-out status otherwise."""
-    try:
-        proc.wait(timeout=max(0.05, deadline - time.monotonic()))
-    except subprocess.TimeoutExpired:
-        return STATUS_TIMEOUT
-    return None
+def _wait_until(proc: subprocess.Popen, deadline: float,
+                watch: Callable[[], bool] | None = None) -> str | None:
+    """Wait for a normal exit (so its real exit code is kept); the time-out status, or
+    the workspace limit where `watch` says so, otherwise."""
+    while True:
+        try:
+            proc.wait(timeout=max(0.05, min(deadline - time.monotonic(), WATCH_S)))
+            return None
+        except subprocess.TimeoutExpired:
+            if time.monotonic() >= deadline:
+                return STATUS_TIMEOUT
+            if watch is not None and watch():
+                return STATUS_WORKSPACE_LIMIT
 
 
 def _status_of(code: int, killed_by: str | None, outcome: str) -> str:
@@ -444,10 +466,11 @@ user exported would otherwise be readable from inside, e.g. in /proc/1/environ).
 
 def run_capped(argv: list[str], cwd: Path, limits: SandboxLimits,
                pass_fds: tuple[int, ...] = (), cgroups: tuple[Path, ...] = (),
-               env: dict[str, str] | None = None, drain: int | None = None) -> RunResult:
+               env: dict[str, str] | None = None, drain: int | None = None,
+               watch: Callable[[], bool] | None = None) -> RunResult:
     """Run `argv` in its own session, reading merged output (and the `drain` pipe) under
-    the wall-clock and byte caps; on either, kill its process group (and the members of
-    `cgroups`). Never raises for anything the command does."""
+    the wall-clock and byte caps and `watch` (True: stop); on any, kill its process group
+    (and the members of `cgroups`). Never raises for anything the command does."""
     start = time.monotonic()
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
@@ -458,9 +481,9 @@ def run_capped(argv: list[str], cwd: Path, limits: SandboxLimits,
             os.close(fd)
     deadline = start + limits.wall_s
     try:
-        raw, side, killed_by = _read_capped(proc, limits, deadline, drain)
+        raw, side, killed_by = _read_capped(proc, limits, deadline, drain, watch)
         if killed_by is None:
-            killed_by = _wait_until(proc, deadline)
+            killed_by = _wait_until(proc, deadline, watch)
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -505,7 +528,8 @@ def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
         fds, status_w = (status_w, spec_fd, *pass_fds), -1  # run_capped closes them
         result = run_capped([*prefix, sys.executable, "-I", str(_JAIL), str(spec_fd)],
                             workspace, limits, pass_fds=fds, cgroups=tuple(cgroups),
-                            env=dict(_JAIL_ENV), drain=drain)
+                            env=dict(_JAIL_ENV), drain=drain,
+                            watch=lambda: over_workspace_caps(workspace, limits))
         outcome = os.read(status_r, 4096).decode(errors="replace").strip()
     finally:
         os.close(status_r)
@@ -515,9 +539,24 @@ def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
             with contextlib.suppress(OSError):
                 root.rmdir()
     result.status = _status_of(result.exit_code, result.status or None, outcome)
+    if result.status == STATUS_WORKSPACE_LIMIT:
+        result.output += workspace_limit_message(limits)
     if result.status == STATUS_VIOLATION:
         result.output += f"\n[sandbox] the command signalled its parent or init ({outcome})\n"
     return result
+
+
+def over_workspace_caps(workspace: Path, limits: SandboxLimits) -> bool:
+    """Whether `workspace` holds more entries or bytes than `limits` allow (counting stops
+    just past a cap, so it costs little)."""
+    max_bytes = limits.workspace_mb * 1024 * 1024
+    entries, size = safefs.usage(workspace, limits.workspace_files, max_bytes)
+    return entries > limits.workspace_files or size > max_bytes
+
+
+def workspace_limit_message(limits: SandboxLimits) -> str:
+    return (f"\n[sandbox] the run put more than {limits.workspace_files} entries or "
+            f"{limits.workspace_mb} MiB in the workspace\n")
 
 
 _VIOLATION_PATTERNS = {

@@ -28,8 +28,10 @@ from tripod.envs.swe.sandbox import (
     STATUS_WORKSPACE_LIMIT,
     RunResult,
     SandboxLimits,
+    over_workspace_caps,
     run_capped,
     run_sandboxed,
+    workspace_limit_message,
 )
 from tripod.envs.swe.scoring import parse_pytest_report
 from tripod.envs.swe.task import SweTask
@@ -225,13 +227,10 @@ def _shown(rel: str) -> str:
 
 def _check_usage(root: Path, limits: SandboxLimits, result: RunResult) -> None:
     """A run that left more entries or bytes in the workspace than the limits allow ends
-    as `workspace_limit` (counting stops just past a cap, so it costs little)."""
-    max_bytes = limits.workspace_mb * 1024 * 1024
-    entries, size = safefs.usage(root, limits.workspace_files, max_bytes)
-    if entries > limits.workspace_files or size > max_bytes:
+    as `workspace_limit` (the sandbox also stops a run that gets there while it runs)."""
+    if result.status != STATUS_WORKSPACE_LIMIT and over_workspace_caps(root, limits):
         result.status = STATUS_WORKSPACE_LIMIT
-        result.output += (f"\n[sandbox] the run left more than {limits.workspace_files} "
-                          f"entries or {limits.workspace_mb} MiB in the workspace\n")
+        result.output += workspace_limit_message(limits)
 
 
 def _slug(text: str) -> str:
