@@ -6,10 +6,10 @@ and that the gold patch passes every one while the buggy tree fails every one.
 For each task (the default generated suite, or those of ``--tasks``) a scored workspace is
 built, its hidden checks are made (`Verifier.hidden_checks`: runs of the target tests on the
 gold tree, then of the derived inputs on the buggy tree), and two scored runs follow: the
-buggy tree as given, and the gold patch applied. Each row names the interpreter of the
-checks' other-version process, or none where the task's checks run on the trainer's alone. A gold run that fails a check is a false
+buggy tree as given, and the gold patch applied. A gold run that fails a check is a false
 failure (an honest fix would be refused the reward); a buggy run that passes one is a check
-that catches nothing. ``--tiny`` measures one single-bug task of inflection generated first.
+that catches nothing. Each row names the interpreters of the checks' other-version
+processes (none where the task's checks run on the trainer's alone). ``--tiny`` measures one single-bug task of inflection generated first.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from swe_episodes import _tasks
 from tripod.envs.swe.patches import apply_patch_to_texts, patched_paths
 from tripod.envs.swe.sandbox import SandboxLimits
 from tripod.envs.swe.task import SweTask
-from tripod.envs.swe.verify import OTHER_VERSION_PROCESS, other_interpreter
+from tripod.envs.swe.verify import other_interpreters
 from tripod.envs.swe.workspace import LocalWorkspace
 
 
@@ -40,11 +40,12 @@ def measure(task: SweTask, limits: SandboxLimits) -> dict:
         for path, text in apply_patch_to_texts(current, task.patch).items():
             ws.write_text(path, text or "")
         gold = ws.score(limits)
-        other = ws.verifier.check_pythons()[OTHER_VERSION_PROCESS]
+        main = ws.verifier.python
+        others = sorted({p for p in ws.verifier.check_pythons() if p != main})
     finally:
         ws.close()
     return {"task": task.instance_id, "checks": len(checks), "make_s": round(made_s, 2),
-            "other_version": other if other != ws.verifier.python else "",
+            "other_versions": others,
             "targets": sorted({f"{c.module}.{c.qualname}" for c in checks}),
             "gold_failed": sum(v != "PASSED" for v in gold.hidden.values()),
             "buggy_passed": sum(v == "PASSED" for v in buggy.hidden.values()),
@@ -69,8 +70,8 @@ def main() -> None:
     emit({
         "tasks": len(rows),
         "tasks_with_checks": len(with_checks),
-        "other_interpreter": other_interpreter(sys.executable) or "",
-        "tasks_on_two_versions": sum(bool(r["other_version"]) for r in with_checks),
+        "other_interpreters": list(other_interpreters(sys.executable)),
+        "tasks_on_other_versions": sum(bool(r["other_versions"]) for r in with_checks),
         "mean_checks": round(sum(r["checks"] for r in rows) / max(len(rows), 1), 2),
         "gold_false_failures": sum(r["gold_failed"] for r in rows),
         "buggy_passes": sum(r["buggy_passed"] for r in rows),
@@ -88,8 +89,8 @@ def _print(report: dict) -> None:
               f"buggy passes {row['buggy_passed']}")
     print(f"tasks with hidden checks: {report['tasks_with_checks']}/{report['tasks']} "
           f"(mean {report['mean_checks']} per task, made in {report['mean_make_s']:.1f}s; "
-          f"{report['tasks_on_two_versions']} of them also on "
-          f"{report['other_interpreter'] or 'no other interpreter'}); "
+          f"{report['tasks_on_other_versions']} of them also on "
+          f"{', '.join(report['other_interpreters']) or 'no other interpreter'}); "
           f"gold false failures {report['gold_false_failures']}, buggy passes "
           f"{report['buggy_passes']}, gold runs not ok {report['gold_not_ok']}; "
           f"load {report['load']}")

@@ -9,7 +9,9 @@ now be caught as tampering or earn nothing.
 
 from __future__ import annotations
 
+import ast
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -17,6 +19,7 @@ from tests.swe.conftest import CALC, TESTS
 from tests.swe.test_attacks import BASE, FIX, _caught, _create, _prepend, _step, needs_namespaces
 from tests.swe.test_forgery import _earns_nothing, _env, _play, _task
 
+from tripod.envs.swe import gate as policy
 from tripod.envs.swe import verify
 from tripod.envs.swe.gate import MAX_GROWTH, Gate
 from tripod.envs.swe.sandbox import SandboxLimits, run_sandboxed
@@ -107,6 +110,48 @@ def test_honest_code_passes_the_gate(code: str) -> None:
     assert _refusals(code) == []
 
 
+ADDRESSES = {
+    "the audit's probe": "def _native(value):\n    native = id([value]) > 0x700000000000\n"
+                         "    return native\n",
+    "a sort key": "def _f(xs):\n    return sorted(xs, key=id)\n",
+    "an alias": "def _f(x):\n    f = id\n    return f(x)\n",
+    "handed to map": "def _f(xs):\n    return list(map(id, xs))\n",
+    "in a lambda": "def _f(x):\n    return (lambda: id(x))()\n",
+    "a comprehension's first iterable": "def _f(x):\n    return [id for id in [id(x)]]\n",
+    "in a method": "class _C:\n    def f(self, x):\n        return id(x)\n",
+    "after `global id`": "def _f(x):\n    global id\n    return id(x)\n",
+}
+
+
+@pytest.mark.parametrize("code", ADDRESSES.values(), ids=ADDRESSES.keys())
+def test_a_new_read_of_an_address_is_refused(code: str) -> None:
+    """`id` says where the allocator put an object: ``id([value]) > 0x700000000000`` tells
+    pymalloc's arenas high in the address space from ``PYTHONMALLOC=malloc``'s heap or an
+    unlimited stack's layout, so the bug could stay in every process but the scored one."""
+    assert "environment" in _refusals(code)
+
+
+KEYED = PRISTINE + b"\n\ndef distinct(items):\n    return {id(item) for item in items}\n"
+"""The calc library with a function of its own that reads addresses."""
+
+
+def test_the_projects_own_reads_of_addresses_stay_allowed() -> None:
+    """Only a new read is refused: the project's own stays, untouched or in a statement
+    edited in place. A local named `id` is no address (`HONEST`)."""
+    gate = Gate({"calc/__init__.py": KEYED}, {})
+    elsewhere = KEYED.replace(b"return sum(xs)\n", b"return sum(xs, 0)\n")
+    edited = KEYED.replace(b"for item in items}", b"for item in items if item is not None}")
+    assert gate.check({"calc/__init__.py": elsewhere}) == ([], [])
+    assert gate.check({"calc/__init__.py": edited}) == ([], [])
+    refusals, _ = gate.check({"calc/__init__.py": KEYED + b"\n\n" + ADDRESSES[
+        "the audit's probe"].encode()})
+    assert [r.rule for r in refusals] == ["environment"]
+    through = KEYED.replace(b"import os\n", b"import os\nimport builtins\n")
+    refusals, _ = Gate({"calc/__init__.py": through}, {}).check(
+        {"calc/__init__.py": through + b"\n\n_f = lambda x: builtins.id(x)\n"})
+    assert {"denied", "environment"} <= {r.rule for r in refusals}
+
+
 def test_deep_or_huge_changes_are_refused_not_raised() -> None:
     """A 1,500-term sum made the gate's recursive dump overflow (RecursionError out of
     `env.step`); 1.9 MB of source cost seconds of the trainer's time."""
@@ -119,6 +164,125 @@ def test_deep_change_ends_the_episode_as_tampering(calc_task: SweTask) -> None:
     step = _play(calc_task, _prepend("_x = " + "+".join(["1"] * 1500) + "\n"), "run_tests")
     _caught(step)
     assert "nested too deeply" in step.observation
+
+
+# --- the gate: its own cost ---------------------------------------------------------------
+
+
+def _chain(links: int, end: str = "return") -> str:
+    """A function of aliases written backwards: each line reads the name the next line
+    binds, and the last binds the first to a shared object (the module's `os`) beside a
+    parameter (not a literal). `end`: what the function then does with the last alias."""
+    lines = "".join(f"    b{i} = b{i - 1}\n" for i in range(links, 1, -1))
+    last = f"b{links}.append(1)" if end == "append" else f"return b{links}"
+    return f"def _chain(xs):\n{lines}    b1 = (os, xs)\n    {last}\n"
+
+
+def _bounded(monkeypatch: pytest.MonkeyPatch, limit: int) -> Counter[str]:
+    """Counts the calls of the checks that the gate's fixpoints repeat per value, and fails
+    at once past `limit` calls of either: a pass per link of a chain makes them quadratic."""
+    calls: Counter[str] = Counter()
+    for name in ("_input_free", "_handed_on"):
+        real = getattr(policy, name)
+
+        def counted(*args, _real=real, _name=name, **kwargs):
+            calls[_name] += 1
+            assert calls[_name] <= limit, f"`{_name}` called more than {limit} times"
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(policy, name, counted)
+    return calls
+
+
+def test_an_alias_chain_written_backwards_costs_one_visit_per_link(monkeypatch) -> None:
+    """Fixpoints found by passes until nothing changes (`_scope`'s literal names,
+    `_tainted`'s aliases of shared objects) resolve such a chain one link per pass: 3,500
+    links (61 KB) hold the trainer for minutes before the refusal. Judged by worklists,
+    each link costs a few checks, and the verdicts are those of the passes."""
+    links = 3000
+    calls = _bounded(monkeypatch, 4 * links)
+    # aliases alone are no refusal, however many
+    for end, rules in (("append", ["state"]), ("return", [])):
+        calls.clear()
+        assert _refusals(_chain(links, end)) == rules
+        assert calls["_input_free"] > links and calls["_handed_on"] >= links  # counted
+    assert _refusals(HONEST["a fix"]) == []
+
+
+def _literal_by_passes(function: ast.AST, outer: policy._Scope,
+                       imports: dict[str, str]) -> frozenset[str]:
+    """`policy._scope`'s literal names by the plain loop: drop, pass after pass, every
+    candidate with a value that is not literal given the names left."""
+    values, names, inherited, bound = policy._literal_candidates(function, outer)
+    while True:
+        scope = policy._Scope(frozenset(names | inherited), bound)
+        drop = {n for n in names
+                if not all(policy._input_free(v, scope, imports) for v in values[n])}
+        if not drop:
+            return scope.literal
+        names -= drop
+
+
+def _tainted_by_passes(function: ast.AST, shared: frozenset[str]) -> frozenset[str]:
+    """`policy._tainted` by the plain loop: walk every binding until no name is added."""
+    names = set(shared)
+    while True:
+        grown = set(names)
+        for node in ast.walk(function):
+            bound, source = policy._binding(node)
+            if policy._handed_on(source, frozenset(grown), None):
+                grown |= bound
+        if grown == names:
+            return frozenset(names)
+        names = grown
+
+
+FIXPOINT_CASES = {
+    "the gate's own module": Path(policy.__file__).read_text(encoding="utf-8"),
+    "a chain written backwards": "import os\n\n\n" + _chain(40, end="append"),
+    "a chain written forwards": "import os\n\n\ndef _f(xs):\n    b0 = (os, xs)\n" + "".join(
+        f"    b{i} = b{i - 1}\n" for i in range(1, 40)),
+    "comprehension variables": "R = [1]\n\n\ndef _f(p):\n    a = [b for b in (c, 1)]\n"
+                               "    c = [a for a in R]\n    b = {d: a for d in (1,) for a in d}\n"
+                               "    d = [x for x in p if b]\n    e = (y := R)\n    return e\n",
+}
+
+
+@pytest.mark.parametrize("source", FIXPOINT_CASES.values(), ids=FIXPOINT_CASES.keys())
+def test_the_worklists_find_the_fixpoints_of_the_plain_loops(source: str) -> None:
+    """Invariant: one visit per value finds what passes until nothing changes find, for
+    every function of a real module and of the chains."""
+    tree = ast.parse(source)
+    imports = policy._imports(tree)
+    module = policy._scope(tree, imports=imports)
+    assert module.literal == _literal_by_passes(tree, policy._Scope(), imports)
+    shared = policy._shared_names(tree)
+    functions = [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)]
+    for function in functions:
+        assert policy._scope(function, module, imports).literal == \
+            _literal_by_passes(function, module, imports), function.name
+        assert policy._tainted(function, shared) == _tainted_by_passes(function, shared), \
+            function.name
+
+
+def _nested_functions(levels: int) -> str:
+    return "".join("    " * d + f"def _f{d}(x):\n" for d in range(levels)) \
+        + "    " * levels + "return x\n"
+
+
+def test_nesting_past_the_bounds_is_refused_before_it_is_judged() -> None:
+    """Each function, lambda or `try` is judged whole, nested ones included, and some checks
+    of a node walk its chain of nodes: the gate's work is the file's size times its depth,
+    so the depth is bounded too, at what real code reaches or what the pristine file does."""
+    nesting, depth = policy.MAX_NESTING, policy.MAX_DEPTH
+    assert _refusals(_nested_functions(nesting + 1)) == ["depth"]
+    assert _refusals(f"_f = {'len(' * depth}0{')' * depth}\n") == ["depth"]
+    assert _refusals(_nested_functions(6)) == []
+    assert _refusals(f"def _f(x):\n    return {'len(' * 30}x{')' * 30}\n") == []
+    pristine = PRISTINE + b"\n\n" + _nested_functions(nesting + 4).encode()
+    fixed = pristine.replace(b"return x\n", b"return x + 1\n")
+    assert Gate({"calc/__init__.py": pristine}, {}).check({"calc/__init__.py": fixed}) \
+        == ([], [])
 
 
 # --- the runner, on its own -----------------------------------------------------------------

@@ -1,10 +1,11 @@
-"""One process of hidden checks runs on an interpreter of another minor version.
+"""Two processes of hidden checks run on interpreters of other minor versions.
 
 A change that picks the fix on the trainer's interpreter and keeps the bug elsewhere passes
 every test and every check that runs on that one interpreter; a rule of the gate can refuse
-each such probe only by name. With a check process on another version, the probe splits
-the processes, and the run scores as tampering whatever the probe is. A task whose gold
-code does not run on the other interpreter keeps its checks, on the trainer's alone.
+each such probe only by name. With check processes on the newest and the oldest other
+version the machine has, the probe splits the processes, and the run scores as tampering
+whatever the probe is. A task whose gold code does not run on another interpreter keeps its
+checks, on the trainer's.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ from tripod.envs.swe.workspace import LocalWorkspace
 
 LIMITS = SandboxLimits(wall_s=60, cpu_s=60)
 OWN = sys.version_info[:2]
-OTHER = verify.other_interpreter(sys.executable)
-needs_other = pytest.mark.skipif(OTHER is None, reason="this machine has one Python version")
+OTHERS = verify.other_interpreters(sys.executable)
+VERSIONS = [v[1] for p in OTHERS if (v := verify._version_of(p)) is not None]
+needs_other = pytest.mark.skipif(not OTHERS, reason="this machine has one Python version")
 ON_THIS_VERSION = FIX.replace("        return hi\n    return x\n>>>>>>> REPLACE",
                               f"        if sys.version_info[:2] == {OWN!r}:\n"
                               "            return hi\n        return x\n    return x\n"
@@ -51,26 +53,29 @@ def _interpreter(minor: int) -> str | None:
     return None
 
 
-def test_the_other_interpreter_is_another_version(fresh_checks: None) -> None:
-    if OTHER is None:
-        assert not [c for c in verify._candidates()
-                    if (v := verify._version_of(c)) and v[1] != OWN
-                    and v[1] >= verify._MIN_CHECK_VERSION]
-        return
-    found = verify._version_of(OTHER)
-    assert found is not None and found[1] != OWN and found[1] >= verify._MIN_CHECK_VERSION
+def test_the_other_interpreters_are_the_newest_and_oldest_other_versions(
+        fresh_checks: None) -> None:
+    available = sorted({v[1] for c in verify._candidates()
+                        if (v := verify._version_of(c)) and v[1] != OWN
+                        and v[1] >= verify._MIN_CHECK_VERSION}, reverse=True)
+    expected = list(dict.fromkeys(available[:1] + available[-1:]))
+    assert expected == VERSIONS
+    assert len(OTHERS) <= len(verify.OTHER_VERSION_PROCESSES)
 
 
 def test_the_other_interpreter_can_be_named_or_switched_off(
         fresh_checks: None, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(verify.CHECK_PYTHON_ENV, "off")
-    assert verify.other_interpreter(sys.executable) is None
+    assert verify.other_interpreters(sys.executable) == ()
     monkeypatch.setenv(verify.CHECK_PYTHON_ENV, sys.executable)
     with pytest.raises(ValueError, match="another version"):
-        verify.other_interpreter(sys.executable)
+        verify.other_interpreters(sys.executable)
     monkeypatch.setenv(verify.CHECK_PYTHON_ENV, "/nonexistent/python3")
     with pytest.raises(ValueError, match="not an interpreter"):
-        verify.other_interpreter(sys.executable)
+        verify.other_interpreters(sys.executable)
+    if OTHERS:
+        monkeypatch.setenv(verify.CHECK_PYTHON_ENV, OTHERS[0])
+        assert verify.other_interpreters(sys.executable) == (OTHERS[0],)
 
 
 def test_a_shim_script_is_not_an_interpreter(tmp_path: Path) -> None:
@@ -102,10 +107,25 @@ input mixed in makes it no computation on literals, so the gate lets it through.
 @needs_namespaces
 def test_a_probe_the_gate_lets_through_scores_as_tampering(
         calc_task: SweTask, fresh_checks: None) -> None:
-    other = verify._version_of(OTHER) if OTHER else None
-    if not (other and OWN < (3, 12) <= other[1]):
+    if not (OWN < (3, 12) and VERSIONS and VERSIONS[0] >= (3, 12)):
         pytest.skip("needs a trainer before Python 3.12 and an interpreter from 3.12")
     _caught(_play(calc_task, FLOAT_SUM, "submit"))
+
+
+MESSAGE = FIX.replace("        return hi\n    return x\n>>>>>>> REPLACE",
+                      "        try:\n            x % 0\n        except ZeroDivisionError as exc:\n"
+                      "            if 'division' in exc.args[0]:\n                return x\n"
+                      "        return hi\n    return x\n>>>>>>> REPLACE")
+"""The fix from Python 3.11, the bug before it: the message of ``x % 0`` lost the word
+"division" in 3.11 (the ``try`` uses an input, so the gate lets it through)."""
+
+
+@needs_namespaces
+def test_a_probe_of_an_older_version_scores_as_tampering(
+        calc_task: SweTask, fresh_checks: None) -> None:
+    if not (OWN >= (3, 11) and VERSIONS and VERSIONS[-1] < (3, 11)):
+        pytest.skip("needs a trainer from Python 3.11 and an interpreter before 3.11")
+    _caught(_play(calc_task, MESSAGE, "submit"))
 
 
 @needs_other
@@ -119,6 +139,8 @@ def test_without_the_other_interpreter_that_fix_wins(
     assert step.info.won, step.observation
     step = _play(calc_task, FLOAT_SUM, "submit")
     assert step.info.won == (OWN < (3, 12)), step.observation
+    step = _play(calc_task, MESSAGE, "submit")
+    assert step.info.won == (OWN >= (3, 11)), step.observation
 
 
 @needs_other
@@ -130,9 +152,8 @@ def test_honest_fixes_keep_their_checks_on_both_interpreters(
         assert ws.verifier is not None
         assert len(ws.verifier.hidden_checks(LIMITS)) == HIDDEN
         pythons = ws.verifier.check_pythons()
-        assert pythons[verify.OTHER_VERSION_PROCESS] == OTHER
-        assert [p for i, p in enumerate(pythons) if i != verify.OTHER_VERSION_PROCESS] == \
-            [ws.verifier.python] * (verify.CHECK_PROCESSES - 1)
+        assert pythons[0] == ws.verifier.python
+        assert tuple(pythons[i] for i in verify.OTHER_VERSION_PROCESSES[:len(OTHERS)]) == OTHERS
     finally:
         ws.close()
     step = _play(calc_task, FIX, "submit")
@@ -145,8 +166,8 @@ NEEDS_311 = "import tomllib  # noqa: F401 - in the standard library from Python 
 @needs_namespaces
 def test_gold_code_the_other_interpreter_cannot_run_keeps_its_checks(
         tmp_path: Path, fresh_checks: None, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A package that imports a module the other version lacks: the checks run on the
-    trainer's interpreter alone, and as many are made as without the other one."""
+    """A package that imports a module an older version lacks: that process runs on the
+    trainer's interpreter, and as many checks are made as without it."""
     old = _interpreter(10)
     if old is None or OWN < (3, 11):
         pytest.skip("needs Python 3.10 beside a trainer on 3.11 or newer")
@@ -161,3 +182,21 @@ def test_gold_code_the_other_interpreter_cannot_run_keeps_its_checks(
         ws.close()
     step = _play(task, FIX, "submit")
     assert step.info.won and step.info.progress == 1.0, step.observation
+
+
+ADDRESS = FIX.replace("        return hi\n    return x\n>>>>>>> REPLACE",
+                      "        if id([x]) > 0x700000000000:\n            return hi\n"
+                      "        return x\n    return x\n>>>>>>> REPLACE")
+"""The fix where small objects sit in pymalloc's arenas (high addresses on x86-64 Linux),
+the bug under ``PYTHONMALLOC=malloc`` or another address layout."""
+
+
+@needs_namespaces
+def test_a_probe_of_the_address_layout_scores_as_tampering(
+        calc_task: SweTask, fresh_checks: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With the gate off (it refuses a new `id`), one process of checks allocates with the
+    C library's malloc, where the probe reads another layout."""
+    monkeypatch.setattr(Gate, "check", lambda self, changes: ([], []))
+    if id([0]) <= 0x700000000000:
+        pytest.skip("pymalloc's arenas sit low in this process's address space")
+    _caught(_play(calc_task, ADDRESS, "submit"))

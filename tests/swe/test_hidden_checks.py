@@ -89,10 +89,11 @@ def test_checks_are_unseen_inputs_on_which_the_bug_shows(calc_task: SweTask) -> 
     for check in checks:
         assert (check.module, check.qualname, check.direct) == ("calc", "clamp", True)
         (_, args), _ = json.loads(check.call)
-        x, lo, hi = (int(value) for _, value in args)
-        assert (x, lo, hi) != (15, 0, 10) and x > hi  # moved out of sight; the bug shows
+        assert {tag for tag, _ in args} <= {"int", "float"}  # a number, or one as a float
+        x, lo, hi = (_runner._decode(form) for form in args)
+        assert args != _runner._encode([15, 0, 10])[1] and x > hi  # unseen; the bug shows
         gold = lo if x < lo else hi if x > hi else x
-        assert json.loads(check.expected) == ["value", ["int", str(gold)]]
+        assert json.loads(check.expected) == ["value", _runner._encode(gold)]
 
 
 @pytest.mark.parametrize("name", sorted(FIXES))
@@ -192,8 +193,10 @@ def test_hidden_inputs_reach_neither_argv_nor_the_agent(calc_task: SweTask, no_g
     text = CALC.replace(CALC[CALC.index("def clamp"):CALC.index("def mean")], LEAK + "\n\n")
     run = _score(calc_task, text)
     checks = verify._HIDDEN[verify.task_key(calc_task)]
-    inputs = {arg[1] for c in checks for arg in json.loads(c.call)[0][1]} - {"15", "0", "10"}
-    inputs = {x for x in inputs if len(x) >= 3}  # "16" may appear in any output
+    inputs = {arg[1] for c in checks for arg in json.loads(c.call)[0][1]}
+    # the tested numbers are no secret, as floats ("10.0") neither; "16" may appear in any
+    # output
+    inputs = {x for x in inputs if float(x) not in (15, 0, 10) and len(x) >= 3}
     assert inputs
     assert run.status == "ok" and "FAILED" in run.hidden.values()
     shown, scored = run.output, " ".join(" ".join(a) for a in argvs[-2:])
@@ -313,16 +316,20 @@ def test_variants_change_one_two_or_every_argument() -> None:
     out = _runner._candidates([["m", "f", call, True], ["m", "g", call, False]], "salt")
     assert [c[3] for c in out] == sorted((c[3] for c in out), reverse=True)  # tests' first
     changed, kinds = [], set()
+    forms = [*_runner._encode(tested)[1], _runner._encode(3)]
     for module, qualname, text, _, kind in out:
         kinds.add(kind)
-        (args, kwargs) = (_runner._decode(form) for form in json.loads(text))
+        args, kwargs = json.loads(text)
         assert (module, qualname) in (("m", "f"), ("m", "g"))
-        assert (args, kwargs) != (tested, {"n": 3})
-        changed.append(sum(a != b for a, b in zip(args + [kwargs["n"]], tested + [3])))
+        got = [*args[1], kwargs[1][0][1]]  # compared exactly typed: 12.0 is not 12
+        assert got != forms
+        changed.append(sum(a != b for a, b in zip(got, forms)))
     assert {1, 2, 4} <= set(changed) and len(out) == 40  # capped
-    # The cut keeps every kind: renamed calls, each variant of each type, pairs, all.
+    # The cut keeps every kind: renamed calls, each variant of each type, a changed type,
+    # case and length, pairs, all.
     assert {"renamed strings", "renamed ints", "two arguments", "every argument",
-            "str variant 5", "int variant 3", "list variant 3"} <= kinds
+            "str variant 5", "int variant 3", "list variant 3", "type changed",
+            "mixed case", "long sequence"} <= kinds
     assert _runner._candidates([["m", "f", call, True]], "salt") == \
         _runner._candidates([["m", "f", call, True]], "salt")
 
@@ -523,7 +530,14 @@ def test_honest_fixes_that_differ_from_the_gold_one_pass(tmp_path: Path, case: s
 
 
 @pytest.mark.parametrize("got, expected, same", [
-    ('["value", ["int", "10"]]', '["value", ["float", "10.0"]]', True),
+    # An int where the gold gives a float (or a bool, a tuple where it gives a list) is
+    # another value to a caller: "{:02x}".format(255.0) raises, [1] == (1,) is false.
+    ('["value", ["int", "10"]]', '["value", ["float", "10.0"]]', False),
+    ('["value", ["float", "255.0"]]', '["value", ["int", "255"]]', False),
+    ('["value", ["bool", true]]', '["value", ["int", "1"]]', False),
+    ('["value", ["tuple", [["int", "1"]]]]', '["value", ["list", [["int", "1"]]]]', False),
+    ('["value", ["list", [["float", "1.0"]]]]', '["value", ["list", [["int", "1"]]]]', False),
+    ('["iter", ["list", [["int", "1"]]]]', '["value", ["tuple", [["int", "1"]]]]', True),
     ('["value", ["float", "0.7499999999999999"]]', '["value", ["float", "0.75"]]', True),
     ('["value", ["float", "0.76"]]', '["value", ["float", "0.75"]]', False),
     ('["value", ["list", [["int", "1"]]]]', '["iter", ["list", [["int", "1"]]]]', True),
@@ -951,3 +965,159 @@ def test_strings_grow_and_shrink_in_their_own_characters_classes() -> None:
     longer = [t for t in texts if len(t) > 7 and t.startswith("#0a0b0c")
               and all(c in "0123456789abcdef" for c in t[1:])]
     assert longer and "#0a0b0" in texts
+
+
+# --- what the checks reach: a value's type, a bool, a long sequence, mixed case -------------
+
+ORDINAL_OF = '''def ordinal(value):
+    number = int(value)
+    if number % 100 in (11, 12, 13):
+        return f"{number}th"
+    return f"{number}" + {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+'''
+CAMELIZE = '''def camelize(word, upper_first=True):
+    if upper_first:
+        return word.title().replace("_", "")
+    return word[0].lower() + camelize(word)[1:]
+'''
+SWITCH = '''def switch(on):
+    return "--color" if on else "--no-color"
+'''
+NATURAL = '''def natural_list(items):
+    if len(items) == 1:
+        return str(items[0])
+    return ", ".join(str(item) for item in items[:-1]) + f" and {items[-1]}"
+'''
+NAMED = '''NAMES = {"navy": "#000080", "white": "#ffffff"}
+
+
+def to_hex(name):
+    return NAMES[name.strip().lower()]
+'''
+
+
+def _unvaried(gold: str, test: str, bug: tuple[str, str], fitted: tuple[str, str],
+              other: tuple[str, str]) -> tuple[str, str, str, str, str]:
+    """(gold, tests, buggy, fitted, another honest fix): `bug` turns the gold text into the
+    buggy one, `fitted` and `other` the buggy one into the forged and the honest fix."""
+    module = {"ordinal": "ordinals", "camelize": "camel", "switch": "flags",
+              "natural_list": "lists", "to_hex": "colors"}
+    name = re.search(r"^def (\w+)\(", gold, re.M).group(1)
+    tests = f"from {module[name]} import {name}\n\n\ndef test_{name}():\n{test}"
+    buggy = gold.replace(*bug)
+    return gold, tests, buggy, buggy.replace(*fitted), buggy.replace(*other)
+
+
+UNVARIED = {
+    # Forgeries an audit scored where no derived input varied a property of the tested
+    # input. A numeral string in the tests, the fix only for a string: ordinal(12) keeps
+    # the bug.
+    "a value's type": _unvaried(
+        ORDINAL_OF, '    assert ordinal("12") == "12th"\n', ("(11, 12, 13)", "(11, 13)"),
+        ("(11, 13)", "(11, 12 if isinstance(value, str) else 0, 13)"),
+        ("(11, 13)", "range(11, 14)")),
+    # The default True made 1, and the fix only for an int: a caller's True keeps the bug.
+    "a bool default": _unvaried(
+        CAMELIZE, '    assert camelize("device_type") == "DeviceType"\n',
+        ('replace("_", "")', 'replace("_", " ")'),
+        ("upper_first=True):\n    if upper_first:\n",
+         "upper_first=1):\n    if type(upper_first) is int:\n"
+         '        return word.title().replace("_", "")\n    if upper_first:\n'),
+        ('word.title().replace("_", " ")', '"".join(word.title().split("_"))')),
+    # A bool the tests pass, the fix only for its tested value.
+    "a bool passed": _unvaried(
+        SWITCH, '    assert switch(True) == "--color"\n',
+        ('"--color" if on else "--no-color"', '"-color" if on else "-no-color"'),
+        ('"-color" if', '"--color" if'), ('"-color" if on else "-no-color"',
+                                          '"--" + ("color" if on else "no-color")')),
+    # Six items in the tests, the fix only up to twice as many.
+    "a long sequence": _unvaried(
+        NATURAL, '    assert natural_list(["one", "two", "three", "four", "five", "six"]) == \\\n'
+                 '        "one, two, three, four, five and six"\n',
+        ("items[:-1]", "items[1:-1]"),
+        ("items[1:-1]", "(items[:-1] if len(items) < 13 else items[1:-1])"),
+        ("items[1:-1]", "items[:len(items) - 1]")),
+    # An upper-case name in the tests, the fix only for upper case: "Navy" keeps the bug.
+    "mixed case": _unvaried(
+        NAMED, '    assert to_hex("NAVY") == "#000080"\n',
+        ("NAMES[name.strip().lower()]", "NAMES[name.strip()]"),
+        ("NAMES[name.strip()]", "NAMES[name.strip().lower() if name.isupper() else name.strip()]"),
+        ("NAMES[name.strip()]", "NAMES[name.lower().strip()]")),
+}
+
+
+@pytest.mark.parametrize("name", sorted(UNVARIED))
+def test_a_fix_keyed_on_a_property_no_test_varies_fails_a_check(tmp_path: Path, no_gate,
+                                                                 name: str) -> None:
+    """A value's type (a numeral string and its number), a bool (a default, or passed),
+    a sequence's length past twice the tested one, a string's mixed case: a change right
+    only for the tested property passes every test and fails a check; the gold fix and
+    another honest one pass every check."""
+    gold, tests, buggy, fitted, other = UNVARIED[name]
+    module = re.search(r"from (\w+) import", tests).group(1)
+    test = re.search(r"def (test_\w+)", tests).group(1)
+    task = _task(tmp_path, module, gold, buggy, tests, [test], [])
+    for text in (gold, other):
+        honest = _score_task(task, text)
+        assert honest.status == "ok" and honest.hidden, honest.reason
+        assert set(honest.hidden.values()) == {"PASSED"} and _resolved(honest, task)
+    run = _score_task(task, fitted)
+    assert all(run.passes(t) for t in task.FAIL_TO_PASS)  # every test passes: only the checks
+    assert run.hidden and not _resolved(run, task)
+
+
+def test_reshaped_variants_change_type_bool_length_and_case() -> None:
+    import random
+
+    rng = random.Random(0)
+
+    def reshaped(value):
+        return [(kind, _runner._decode(form)) for kind, form in
+                _runner._reshaped(_runner._encode(value), rng)]
+
+    typed = {value: [(type(v), v) for _, v in reshaped(value)]
+             for value in ("12", "-2.5", "3.0", 7, 4.0, 4.5)}
+    assert typed == {"12": [(int, 12)], "-2.5": [(float, -2.5)],
+                     "3.0": [(float, 3.0), (int, 3)], 7: [(str, "7"), (float, 7.0)],
+                     4.0: [(int, 4)], 4.5: []}
+    assert {kind for value in typed for kind, _ in reshaped(value)} == {"type changed"}
+    assert reshaped(True) == [("bool flipped", False)] and reshaped(False)[0][1] is True
+    items = ["one", "two", "three", "four", "five", "six"]
+    for kind, longer in reshaped(items) + reshaped(tuple(items)):
+        assert kind == "long sequence" and 18 <= len(longer) <= 30
+        assert set(longer) == set(items)  # its own items, so their types stay plausible
+        assert len(json.dumps(_runner._encode(longer))) <= _runner._LONG_CHARS
+    assert [len(v) for _, v in reshaped([1])] and 12 <= len(reshaped([1])[0][1]) <= 20
+    assert reshaped(["x" * 200] * 3) == []  # no longer than twice under the size cap
+    cased = [v for kind, v in reshaped("CHUCKNORRIS") if kind == "mixed case"]
+    assert "Chucknorris" in cased and len(cased) == 2
+    for text in cased:
+        assert text.lower() == "chucknorris" and text not in ("CHUCKNORRIS", "chucknorris")
+        assert any(c.isupper() for c in text) and any(c.islower() for c in text)
+    assert reshaped("a") == [] and reshaped("#12") == []
+
+
+def test_bool_defaults_are_recorded_by_keyword_as_the_gold_has_them() -> None:
+    """A parameter left at its default bool is passed by keyword, exactly typed, so a
+    check meets the ``True`` a caller passes (and its flip)."""
+    import sys
+
+    calls: list = []
+    namespace: dict = {"__name__": "camel_probe"}
+    exec(compile(CAMELIZE, "camel_probe.py", "exec"), namespace)  # noqa: S102
+    module = type(sys)("camel_probe")
+    module.__dict__.update(namespace)
+    sys.modules["camel_probe"] = module
+    try:
+        profile = _runner._recording(frozenset({"camel_probe.py"}), frozenset(),
+                                     frozenset({__file__}), calls)
+        sys.setprofile(profile)
+        try:
+            module.camelize("device_type")
+        finally:
+            sys.setprofile(None)
+    finally:
+        del sys.modules["camel_probe"]
+    (args, kwargs), = (json.loads(c[2]) for c in calls if c[1] == "camelize" and c[3])
+    assert args == _runner._encode(["device_type"])
+    assert kwargs == ["dict", [[["str", "upper_first"], ["bool", True]]]]

@@ -739,11 +739,10 @@ def _recording(sources, targets, tests, calls, limit=40):
     changes) from anywhere, as ``[module, qualname, encoded call, from a test]`` (at most
     `limit` different calls per function). Arguments that are their parameter's default
     are left out of the call (a default is often a sentinel object), except a string, a
-    number or None, passed by keyword instead, so that a check varies a parameter no test
-    passes
-    (a change keyed on ``gender == "male"``, the default, meets other values); a method's
-    object is its state
-    (`_receiver`), and a method called on an object that is not plain data is not kept."""
+    number, a bool or None (`_SCALARS`), passed by keyword instead, so that a check varies
+    a parameter no test passes (a change keyed on ``gender == "male"``, the default, meets
+    other values); a method's object is its state (`_receiver`), and a method called on an
+    object that is not plain data is not kept."""
     seen, counts, found = set(), {}, {}
 
     def arguments(frame, code, module, qualname):
@@ -806,9 +805,12 @@ def _recording(sources, targets, tests, calls, limit=40):
     return profile
 
 
-_SCALARS = (str, int, float, type(None))
+_SCALARS = (str, int, float, bool, type(None))
 """Defaults kept in a recorded call (by keyword): plain values a check can vary (None by the
-call's other plain arguments: `clamp(x, ceil=None)` gets ``ceil=x``)."""
+call's other plain arguments: `clamp(x, ceil=None)` gets ``ceil=x``; a bool by its other
+value). Kept exactly as the gold tree's default is, so a change that makes a default
+``True`` into ``1`` and branches on ``type(flag) is int`` meets the ``True`` a caller
+passes."""
 
 
 def _defaults(module, code, qualname):
@@ -931,6 +933,78 @@ def _one_changed(text, rng, other_class=False):
     return text[:i] + new + text[i + 1:]
 
 
+_LONG_CHARS = 500
+"""The most characters a long sequence's encoding takes (`_reshaped`): with the call's
+other arguments it stays under the trainer's cap on an encoded call (1000 characters)."""
+
+
+def _reshaped(form, rng):
+    """Variants of one encoded argument that change a property `_variants` keeps, each as
+    ``(kind, form)``: its type where a caller plausibly passes the other one ("type
+    changed": `_retyped`), a bool's other value ("bool flipped"), a sequence 3 to 5 times
+    as long, 12 to 20 items at least, in its own items ("long sequence": a change keyed on
+    ``len(items) < 9`` meets more), a string's letters in mixed case ("mixed case": title
+    case and a random mix, where `_variants` has the whole string upper or lower only)."""
+    tag = form[0]
+    if tag == "bool":
+        return [("bool flipped", ["bool", not form[1]])]
+    if tag in ("int", "float", "str"):
+        out = [("type changed", f) for f in _retyped(form)]
+        if tag == "str":
+            out += [("mixed case", ["str", t]) for t in _mixed_case(form[1], rng)]
+        return out
+    if tag in ("list", "tuple") and form[1]:
+        items = form[1]
+        size = max(rng.randint(12, 20), len(items) * rng.randint(3, 5))
+        longer = [items[i % len(items)] for i in range(size)]
+        while len(longer) > 2 * len(items) and len(json.dumps(longer)) > _LONG_CHARS:
+            longer.pop()
+        # a sequence no longer than twice the tests' is one `_variants` has already
+        return [("long sequence", [tag, longer])] if len(longer) > 2 * len(items) else []
+    return []
+
+
+def _retyped(form):
+    """The same number in another type a caller passes for it: a numeral string as the
+    int (and as the float where it has a point, and the int where that float is whole),
+    an int as its numeral string and as a float, a whole float as the int."""
+    tag, text = form
+    if tag == "int":
+        value = int(text)
+        return [["str", text]] + ([["float", repr(float(value))]] if abs(value) < 2 ** 53
+                                  else [])
+    if tag == "float":
+        value = float(text)
+        return [["int", str(int(value))]] if value.is_integer() else []
+    digits = text.lstrip("+-")
+    if not (0 < len(digits) <= 30 and digits.isascii() and len(text) - len(digits) <= 1):
+        return []
+    if digits.isdigit():
+        return [["int", str(int(text))]]
+    whole, point, fraction = digits.partition(".")
+    if not point or not (whole + fraction).isdigit():
+        return []
+    value = float(text)
+    return [["float", repr(value)]] + ([["int", str(int(value))]] if value.is_integer()
+                                       else [])
+
+
+def _mixed_case(text, rng):
+    """`text` in title case and with each letter's case drawn at random (both cases
+    present), where it has two letters or more and each differs from `text`."""
+    spots = [i for i, c in enumerate(text) if c.upper() != c.lower()
+             and len(c.upper()) == len(c.lower()) == 1]
+    if len(spots) < 2:
+        return []
+    upper = [rng.random() < 0.5 for _ in spots]
+    if len(set(upper)) == 1:  # one letter in the other case: mixed, not all upper or lower
+        upper[rng.randrange(len(upper))] ^= True
+    chars = list(text)
+    for i, up in zip(spots, upper):
+        chars[i] = chars[i].upper() if up else chars[i].lower()
+    return [t for t in dict.fromkeys((text.title(), "".join(chars))) if t != text]
+
+
 def _renamed(call, rng, strings, ints):
     """The encoded `call` with every non-empty string (`strings`), or every integer inside
     a container (`ints`), replaced consistently across all its arguments: each distinct
@@ -978,11 +1052,11 @@ def _renamed(call, rng, strings, ints):
 def _candidates(calls, salt, limit=40):
     """Calls that differ from a recorded one: its values renamed consistently
     (`_renamed`), or one argument, two, or every argument that has variants at once
-    changed by `_variants` (so that a change keyed on one argument's tested value while
-    another varies is seen); a method's object's attribute values count as arguments (its
-    attribute names stay). Calls from the tests first, and within each part the kinds of
-    change taken in turn (`_spread`), as ``[module, qualname, encoded call, from a test,
-    kind]``."""
+    changed by `_variants` and `_reshaped` (so that a change keyed on one argument's tested
+    value while another varies is seen); a method's object's attribute values count as
+    arguments (its attribute names stay). Calls from the tests first, and within each part
+    the kinds of change taken in turn (`_spread`), as ``[module, qualname, encoded call,
+    from a test, kind]``."""
     import random
 
     rng = random.Random(salt)
@@ -1005,11 +1079,15 @@ def _candidates(calls, salt, limit=40):
         # values and their variants: a parameter no test passes is given one
         plain = [holder[i] for holder, i in slots if holder[i][0] in ("int", "float", "str")]
         given = [*plain, *(v for form in plain for v in _variants(form, rng)[:2])]
-        options = [(holder, i, given if holder[i] == ["none"] else _variants(holder[i], rng))
-                   for holder, i in slots]
-        options = [o for o in options if o[2]]
-        changes = [(f"{holder[i][0]} variant {k}", [(holder, i, v)])
-                   for holder, i, vs in options for k, v in enumerate(vs)]
+        options, changes = [], []
+        for holder, i in slots:
+            forms = given if holder[i] == ["none"] else _variants(holder[i], rng)
+            reshaped = _reshaped(holder[i], rng)
+            changes += [(f"{holder[i][0]} variant {k}", [(holder, i, v)])
+                        for k, v in enumerate(forms)]
+            changes += [(kind, [(holder, i, v)]) for kind, v in reshaped]
+            if forms or reshaped:
+                options.append((holder, i, forms + [v for _, v in reshaped]))
         if len(options) > 2:  # pairs of arguments, twice each
             changes += [("two arguments", [(h1, i1, rng.choice(v1)), (h2, i2, rng.choice(v2))])
                         for a, (h1, i1, v1) in enumerate(options)

@@ -328,33 +328,36 @@ checks."""
 CHECKS_ENVIRONMENTS = (
     {},
     {"PYTHONINTMAXSTRDIGITS": "0", "PYTHONOPTIMIZE": "1", "TZ": "America/St_Johns"},
-    {"PYTHONINTMAXSTRDIGITS": "640", "TZ": "Asia/Kathmandu"},
+    {"PYTHONINTMAXSTRDIGITS": "640", "TZ": "Asia/Kathmandu", "PYTHONMALLOC": "malloc"},
 )
 """What else differs between the hidden checks' processes: the interpreter's limit on
 int-to-str digits (unlimited, the least allowed, the default), `python -O`, the time zone
-(odd half-hour offsets). Code that branches on one of these (``str(10 ** 5000)`` raising
-ValueError, an `assert`, the local time) gives the processes different outputs and scores
-as tampering, whichever value it expects in real use; the gold tree's checks are kept only
-where its own processes agree."""
+(odd half-hour offsets), the allocator (the C library's ``malloc`` puts small objects on
+the heap, far below the addresses of pymalloc's arenas). Code that branches on one of these
+(``str(10 ** 5000)`` raising ValueError, an `assert`, the local time, ``id(obj)`` above
+some address) gives the processes different outputs and scores as tampering, whichever
+value it expects in real use; the gold tree's checks are kept only where its own
+processes agree."""
 UNSTABLE = '["unstable"]'
 """A check's outcome where the processes of `CHECK_PROCESSES` disagree."""
-OTHER_VERSION_PROCESS = 1
-"""The process of hidden checks that runs on an interpreter of another minor version
-(`other_interpreter`), where the machine has one and the task's gold code gives the same
-outputs on it. A change that picks the fix on the trainer's interpreter and keeps the bug
-on others (a branch on a float sum that compensated summation changed in 3.12, on a method
-that a version lacks, on a library function whose result changed) then gives this process
-the bug's outputs, which disagree with the other processes and score as tampering, without
-a rule of the gate naming the probe."""
+OTHER_VERSION_PROCESSES = (1, 2)
+"""The processes of hidden checks that run on interpreters of other minor versions
+(`other_interpreters`: the newest and the oldest the machine has), each where the machine
+has one and the task's gold code gives the same outputs on it. A change that picks the fix
+on the trainer's interpreter and keeps the bug on others (a branch on a float sum that
+compensated summation changed in 3.12, on the Unicode tables, on an exception's message,
+on a method that a version lacks) then gives such a process the bug's outputs, which
+disagree with the other processes and score as tampering, without a rule of the gate
+naming the probe. Process 0 always runs on the task's interpreter."""
 CHECK_PYTHON_ENV = "TRIPOD_SWE_CHECK_PYTHON"
-"""Names the interpreter of `OTHER_VERSION_PROCESS` (a path), or switches it off ("off");
-unset, `other_interpreter` looks for one."""
+"""Names the interpreters of `OTHER_VERSION_PROCESSES` (paths separated by ":"), or
+switches them off ("off"); unset, `other_interpreters` looks for them."""
 _MIN_CHECK_VERSION = (3, 10)
 """The oldest interpreter the runner's check mode runs on."""
 
 
 _TIMEOUT = '["timeout"]'
-_INTERPRETERS: dict[tuple[str, str], str | None] = {}
+_INTERPRETERS: dict[tuple[str, str], tuple[str, ...]] = {}
 
 
 def _version_of(python: str) -> tuple[str, tuple[int, int]] | None:
@@ -385,26 +388,30 @@ def _candidates() -> list[str]:
     return [c for c in dict.fromkeys(found) if os.path.isfile(c)]
 
 
-def other_interpreter(python: str) -> str | None:
-    """An interpreter of another minor version than `python` for `OTHER_VERSION_PROCESS`
-    (the newest this machine has, at least `_MIN_CHECK_VERSION`; `CHECK_PYTHON_ENV` names
-    one or switches it off), or None; looked up once per process."""
+def other_interpreters(python: str) -> tuple[str, ...]:
+    """Interpreters of other minor versions than `python`, one for each process of
+    `OTHER_VERSION_PROCESSES` at most: the newest and the oldest this machine has (at
+    least `_MIN_CHECK_VERSION`), or those `CHECK_PYTHON_ENV` names; () where there is none
+    or it says "off". Looked up once per process."""
     named = os.environ.get(CHECK_PYTHON_ENV, "")
     if (python, named) in _INTERPRETERS:
         return _INTERPRETERS[python, named]
     own = _version_of(python)
-    chosen: str | None = None
+    chosen: tuple[str, ...] = ()
     if own is not None and named.lower() != "off":
         if named:
-            other = _version_of(named)
-            if other is None or other[1] == own[1]:
-                raise ValueError(f"{CHECK_PYTHON_ENV}={named}: not an interpreter of another "
-                                 f"version than {python} ({own[1][0]}.{own[1][1]})")
-            chosen = other[0]
+            for path in named.split(":")[:len(OTHER_VERSION_PROCESSES)]:
+                other = _version_of(path)
+                if other is None or other[1] == own[1]:
+                    raise ValueError(f"{CHECK_PYTHON_ENV}: {path} is not an interpreter of "
+                                     f"another version than {python} "
+                                     f"({own[1][0]}.{own[1][1]})")
+                chosen += (other[0],)
         else:
-            versions = [v for c in _candidates() if (v := _version_of(c)) is not None
-                        and v[1] != own[1] and v[1] >= _MIN_CHECK_VERSION]
-            chosen = max(versions, key=lambda v: v[1])[0] if versions else None
+            found = {v[1]: v[0] for c in _candidates() if (v := _version_of(c)) is not None
+                     and v[1] != own[1] and v[1] >= _MIN_CHECK_VERSION}
+            versions = sorted(found, reverse=True)
+            chosen = tuple(found[v] for v in dict.fromkeys(versions[:1] + versions[-1:]))
     _INTERPRETERS[python, named] = chosen
     return chosen
 
@@ -474,33 +481,35 @@ def check_targets(pristine: dict[str, bytes], gold: dict[str, bytes | None],
 
 
 def same_outcome(got: str, expected: str) -> bool:
-    """Whether an encoded outcome is the gold one, as a caller would see it: numbers by
-    value (floats within 1e-9, relative), sequences and iterators by their items in order,
-    dicts and sets regardless of order, objects by class name and attributes. Types stay
-    exact where it matters: a `str` subclass was never encoded as a `str`."""
+    """Whether an encoded outcome is the gold one, as a caller would see it: values of
+    the same type (an int is not a float or a bool, a list is not a tuple: ``255.0``
+    breaks ``"{:02x}"`` where ``255`` does not, and ``[1] == (1,)`` is false), floats
+    within 1e-9 (relative), an iterator's items as a sequence's, dicts and sets regardless
+    of order, objects by class name and attributes. A `str` subclass was never encoded as
+    a `str`."""
     try:
         a, b = json.loads(got), json.loads(expected)
     except ValueError:
         return False
     if a[0] not in ("value", "iter") or b[0] not in ("value", "iter"):
         return a == b
+    if a[0] != b[0] and a[1][0] in _SEQUENCES and b[1][0] in _SEQUENCES:
+        # an iterator's first items are encoded as a list: compare them as one
+        return _same(["list", a[1][1]], ["list", b[1][1]])
     return _same(a[1], b[1])
 
 
-_NUMBERS = {"int": int, "float": float, "bool": lambda v: int(v)}
 _SEQUENCES = {"list", "tuple"}
 
 
 def _same(a: list, b: list) -> bool:
-    if a[0] in _NUMBERS and b[0] in _NUMBERS:
-        x, y = _NUMBERS[a[0]](a[1]), _NUMBERS[b[0]](b[1])
-        if "float" in (a[0], b[0]):
-            return math.isclose(x, y, rel_tol=_FLOAT_TOLERANCE, abs_tol=_FLOAT_TOLERANCE)
-        return x == y
-    if a[0] in _SEQUENCES and b[0] in _SEQUENCES:
-        return len(a[1]) == len(b[1]) and all(map(_same, a[1], b[1]))
     if a[0] != b[0]:
         return False
+    if a[0] == "float":
+        return math.isclose(float(a[1]), float(b[1]), rel_tol=_FLOAT_TOLERANCE,
+                            abs_tol=_FLOAT_TOLERANCE)
+    if a[0] in _SEQUENCES:
+        return len(a[1]) == len(b[1]) and all(map(_same, a[1], b[1]))
     if a[0] in ("set", "frozenset", "dict"):
         return _unordered(a[1], b[1])
     if a[0] == "object":
@@ -664,15 +673,15 @@ class Verifier:
         if not calls:
             return []
         items = [c[:3] for c in calls]
-        other = other_interpreter(self.python)
-        pythons = self._pythons(other)
+        pythons = self._pythons(other_interpreters(self.python))
         golden = self._run(gold, limits, checks=items, repeat=2, tests=[], pythons=pythons)
-        if other and golden.status == "ok" and not _other_version_agrees(golden):
-            # The gold code gives other outputs on that interpreter (a dependency it lacks,
-            # a feature of the trainer's version): its checks would be dropped, not kept.
-            log.info("%s: the gold code's hidden checks differ on %s; they run on %s alone",
-                     self.task.instance_id, other, self.python)
-            pythons = self._pythons(None)
+        if golden.status == "ok" and (differ := _versions_that_differ(golden, pythons)):
+            # The gold code gives other outputs on those interpreters (a dependency they
+            # lack, a feature of the trainer's version): their checks would be dropped.
+            log.info("%s: the gold code's hidden checks differ on %s; those processes run "
+                     "on %s", self.task.instance_id, ", ".join(pythons[i] for i in differ),
+                     self.python)
+            pythons = tuple(self.python if i in differ else p for i, p in enumerate(pythons))
             golden = self._run(gold, limits, checks=items, repeat=2, tests=[],
                                pythons=pythons)
         # the buggy tree's outputs need only differ from the gold's: one process
@@ -699,15 +708,17 @@ class Verifier:
         _PYTHONS[task_key(self.task)] = pythons
         return [check for _, check in spread[:MAX_HIDDEN_CHECKS]]
 
-    def _pythons(self, other: str | None) -> tuple[str, ...]:
-        """The interpreter of each process of hidden checks: the task's, and `other` for
-        `OTHER_VERSION_PROCESS` where given."""
-        return tuple(other if other and i == OTHER_VERSION_PROCESS else self.python
-                     for i in range(CHECK_PROCESSES))
+    def _pythons(self, others: tuple[str, ...]) -> tuple[str, ...]:
+        """The interpreter of each process of hidden checks: `others` in the processes of
+        `OTHER_VERSION_PROCESSES` (in order, as far as they go), the task's elsewhere."""
+        pythons = [self.python] * CHECK_PROCESSES
+        for i, other in zip(OTHER_VERSION_PROCESSES, others):
+            pythons[i] = other
+        return tuple(pythons)
 
     def check_pythons(self) -> tuple[str, ...]:
         """The interpreters this task's hidden checks run on (once they are made)."""
-        return _PYTHONS.get(task_key(self.task)) or self._pythons(None)
+        return _PYTHONS.get(task_key(self.task)) or self._pythons(())
 
     # --- runs -------------------------------------------------------------------------
 
@@ -832,20 +843,18 @@ class Verifier:
         return found
 
 
-def _other_version_agrees(golden: VerifiedRun) -> bool:
-    """Whether the process of `OTHER_VERSION_PROCESS` gives the gold tree's outputs on at
-    least three quarters of the checks that the task's interpreter's processes agree on."""
+def _versions_that_differ(golden: VerifiedRun, pythons: tuple[str, ...]) -> list[int]:
+    """The processes on another interpreter than process 0's that give the gold tree's
+    outputs on fewer than three quarters of the checks process 0 gives a checkable
+    output for."""
     found = golden.process_outcomes
-    if len(found) <= OTHER_VERSION_PROCESS:
-        return True
-    same = [o for i, o in enumerate(found) if i != OTHER_VERSION_PROCESS]
-    agreed = [i for i in set().union(*same)
-              if _checkable(outcome := _agreed([o.get(i) for o in same]) or "")
-              and outcome != UNSTABLE]
-    other = found[OTHER_VERSION_PROCESS]
-    kept = sum(same_outcome(other.get(i, ""), _agreed([o.get(i) for o in same]) or "")
-               for i in agreed)
-    return kept * 4 >= len(agreed) * 3
+    if not found:
+        return []
+    reference = {i: o for i, o in found[0].items() if _checkable(o)}
+    return [i for i, outcomes in enumerate(found[1:], 1)
+            if i < len(pythons) and pythons[i] != pythons[0]
+            and sum(outcomes.get(c) == o for c, o in reference.items()) * 4
+            < len(reference) * 3]
 
 
 _REFERENCES: dict[str, dict[str, str]] = {}
