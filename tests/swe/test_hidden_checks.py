@@ -1121,3 +1121,15 @@ def test_bool_defaults_are_recorded_by_keyword_as_the_gold_has_them() -> None:
     (args, kwargs), = (json.loads(c[2]) for c in calls if c[1] == "camelize" and c[3])
     assert args == _runner._encode(["device_type"])
     assert kwargs == ["dict", [[["str", "upper_first"], ["bool", True]]]]
+
+
+def test_inputs_tried_fit_the_pipe_and_the_count() -> None:
+    """As many derived inputs are tried as fit the pipe that hands them to the checks'
+    processes (written before the runner starts, so they must fit its buffer)."""
+    short = [["m", "f", json.dumps([["list", [["int", str(i)]]], ["dict", []]]), True, "k"]
+             for i in range(1000)]
+    assert len(verify._within_budget(short)) == verify._MAX_CANDIDATES
+    long = [["m", "f", "x" * 990, True, "k"]] * 200
+    kept = verify._within_budget(long)
+    assert len(json.dumps([c[:3] for c in kept])) <= verify._CANDIDATE_CHARS < 64 * 1024
+    assert len(kept) < verify._MAX_CANDIDATES

@@ -1237,7 +1237,8 @@ def main():
     outcomes = finish()
     if record:
         sys.setprofile(None)
-        for index, item in enumerate(_candidates(calls, record["salt"])):
+        for index, item in enumerate(_candidates(calls, record["salt"],
+                                                 record.get("limit", 40))):
             report(f"HCALL {index} {json.dumps(item)}")
     sys.stdout.flush()
     sys.stderr.flush()

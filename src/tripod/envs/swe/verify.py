@@ -288,8 +288,13 @@ def _check_trailer(run: RunResult, results: dict[str, str],
 MAX_HIDDEN_CHECKS = 16
 """Hidden checks per task (`SweEnvConfig.hidden_checks` sets fewer; 0 turns them off)."""
 _MAX_CALL_CHARS = 1000
-_MAX_CANDIDATES = 40
-"""Inputs tried (with `_MAX_CALL_CHARS`, the list fits a pipe's 64 KiB buffer)."""
+_MAX_CANDIDATES = 160
+"""Inputs tried at most: as many as fit `_CANDIDATE_CHARS`. Where few kinds of derived
+input show the bug (only a colour name in another case is still a name), 40 inputs held
+one or two of each kind and often none that showed it."""
+_CANDIDATE_CHARS = 56_000
+"""The inputs tried, encoded together, fit in this many characters: they are written to a
+pipe before the runner starts, and must fit its 64 KiB buffer."""
 _FLOAT_TOLERANCE = 1e-9
 
 
@@ -660,7 +665,7 @@ class Verifier:
         targets = check_targets(self.pristine, gold, self.task.workspace.python_path)
         if not tests or not gold:
             return []
-        record = {"salt": new_salt(), "sources": self.sources,
+        record = {"salt": new_salt(), "sources": self.sources, "limit": _MAX_CANDIDATES,
                   "targets": [[rel, name] for rel, _, name in targets],
                   "tests": self.test_code}
         run = self._run(gold, limits, tests=tests, record=record)
@@ -669,7 +674,7 @@ class Verifier:
                         self.task.instance_id, run.status, run.reason)
             return None
         calls = [json.loads(c) for _, c in sorted(run.check_calls.items())]
-        calls = [c for c in calls if len(c[2]) <= _MAX_CALL_CHARS][:_MAX_CANDIDATES]
+        calls = _within_budget([c for c in calls if len(c[2]) <= _MAX_CALL_CHARS])
         if not calls:
             return []
         items = [c[:3] for c in calls]
@@ -784,7 +789,7 @@ class Verifier:
                python: str = "") -> tuple[RunResult, str]:
         """The trusted runner in the sandbox on `copy`, with `spec` added to its own; the
         run and its nonce. `items` (hidden checks' inputs) go through the nonce pipe, not
-        argv: `_MAX_CANDIDATES` of `_MAX_CALL_CHARS` fit its 64 KiB buffer, so writing them
+        argv: `_CANDIDATE_CHARS` of them fit its 64 KiB buffer, so writing them
         before the runner starts never blocks."""
         nonce = secrets.token_hex(16)
         report_r, report_w = os.pipe()
@@ -841,6 +846,18 @@ class Verifier:
                 return None
             found.append(outcomes)
         return found
+
+
+def _within_budget(calls: list[list]) -> list[list]:
+    """The first of `calls` (as the runner reports them) that fit `_MAX_CANDIDATES` and,
+    as the items the checks' processes read, `_CANDIDATE_CHARS`."""
+    kept, size = [], 0
+    for call in calls[:_MAX_CANDIDATES]:
+        size += len(json.dumps(call[:3])) + 2
+        if size > _CANDIDATE_CHARS:
+            break
+        kept.append(call)
+    return kept
 
 
 def _versions_that_differ(golden: VerifiedRun, pythons: tuple[str, ...]) -> list[int]:
