@@ -802,3 +802,10 @@ def test_a_feedback_run_that_deletes_a_source_file_earns_nothing(calc_task: SweT
     _earns_nothing(step)
     results = step.info.extra["test_results"]  # not run at all: only the checks, failed
     assert all(k.startswith("hidden check") and v == "FAILED" for k, v in results.items())
+
+
+def test_a_number_past_the_float_range_is_refused_not_raised() -> None:
+    """Describing a folded literal past 2**53 converted it to a float, which raised
+    OverflowError for an int past the float range: the env's step raised."""
+    assert "environment" in _refusals("def _f(x):\n    return x > (2 ** 64) ** 4095\n")
+    assert _refusals("def _f(x):\n    return -(2 ** 64) ** 4096 * 1.0 + x\n")

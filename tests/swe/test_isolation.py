@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from tripod.envs.swe import safefs
 from tripod.envs.swe._jail import _SYSCALLS
 from tripod.envs.swe.env import SweEnv, SweEnvConfig
 from tripod.envs.swe.sandbox import SandboxLimits, namespaces_available, over_workspace_caps
@@ -114,19 +115,46 @@ def test_search_holds_only_what_it_shows(calc_task: SweTask) -> None:
 
 
 def test_deep_folder_chain(calc_task: SweTask) -> None:
+    """A chain past `safefs.MAX_DEPTH` ends the run (measuring it from the workspace's
+    root would cost its depth squared on every look); the env stays usable."""
     env = _env(calc_task)
     try:
         step = _plant(env, "import os\nfor _ in range(1200):\n    os.mkdir('deep')\n"
                            "    os.chdir('deep')\nopen('x.py', 'w').write('needle')\n")
-        assert not step.terminated, step.observation
-        assert "calc/__init__.py" in env.step("list").observation
-        assert "matches" in env.step("search needle").observation
+        assert step.terminated and step.info.extra["status"] == "workspace_limit", \
+            step.observation
         root = env._episode.ws.root.parent
         env.reset(0)  # the pooled env's next episode closes this one
         assert not root.exists()
         assert "calc/__init__.py" in env.step("list").observation
     finally:
         env.close()
+
+
+def test_a_chain_within_the_depth_cap_is_listed_and_searched(calc_task: SweTask) -> None:
+    env = _env(calc_task)
+    try:
+        step = _plant(env, "import os\nfor _ in range(40):\n    os.mkdir('deep')\n"
+                           "    os.chdir('deep')\nopen('x.py', 'w').write('needle')\n")
+        assert not step.terminated, step.observation
+        assert "calc/__init__.py" in env.step("list").observation
+        assert "matches" in env.step("search needle").observation
+    finally:
+        env.close()
+
+
+def test_measuring_a_deep_chain_stops_at_the_depth_cap(tmp_path: Path) -> None:
+    folder = tmp_path
+    for _ in range(safefs.MAX_DEPTH + 5):
+        folder = folder / "d"
+        folder.mkdir()
+    opened = []
+    real = safefs._open_dir
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(safefs, "_open_dir", lambda root, parts: opened.append(len(parts))
+                      or real(root, parts))
+        assert over_workspace_caps(tmp_path, SandboxLimits())
+    assert max(opened) <= safefs.MAX_DEPTH + 1
 
 
 def test_many_files_end_the_run(calc_task: SweTask) -> None:

@@ -417,12 +417,20 @@ def _features(node: ast.AST, parents: dict[int, ast.AST]) -> Iterator[tuple[Feat
         else _folded(node) if isinstance(node, ast.BinOp) \
         and not isinstance(parents.get(id(node)), ast.BinOp) else None
     if isinstance(big, (int, float)) and not isinstance(big, bool) and abs(big) >= _BIG_FLOAT:
-        yield ("environment", f"the number {float(big):g}: added to ordinary floats it "
+        yield ("environment", f"the number {_magnitude(big)}: added to ordinary floats it "
                               "rounds them away, which `sum` does on one interpreter version "
                               "and not on another"), line
 
 
 _BIG_FLOAT = 2.0 ** 53
+
+
+def _magnitude(value: int | float) -> str:
+    """`value` in short float notation (an int past the float range: its digit count)."""
+    try:
+        return f"{float(value):g}"
+    except OverflowError:
+        return f"of {len(str(abs(value))) if abs(value) < 10 ** 4000 else 'over 4000'} digits"
 """Floats from here on hold no unit digit: ``sum((x, 1e300, -1e300))`` is 0.0 on 3.11 and
 ``x`` from 3.12 (compensated summation), a probe of the version that keeps the input."""
 
@@ -2114,6 +2122,8 @@ class Gate:
                 target.append(Refusal(rel, exc.rule, exc.detail, exc.line))
             except (RecursionError, MemoryError):  # the tree, not the trainer, is at fault
                 refusals.append(Refusal(rel, "depth", "nested too deeply to judge"))
+            except (OverflowError, ValueError) as exc:  # a value no bug fix computes
+                refusals.append(Refusal(rel, "unjudgeable", f"cannot be judged ({exc})"))
         return refusals, broken
 
     def _helpers_changed(self, rel: str, pristine: ast.Module, data: bytes) -> list[Refusal]:

@@ -217,11 +217,15 @@ def _entries(root: Path, parts: list[str], most: int,
 def usage(root: Path, max_entries: int, max_bytes: int) -> tuple[int, int]:
     """(entries, bytes of regular files) under `root`, counted without recursion; the count
     stops once either cap is passed (so its cost is bounded whatever the tree holds). A
-    file's bytes are the larger of its length and the disk blocks it holds."""
+    file's bytes are the larger of its length and the disk blocks it holds. A folder
+    deeper than `MAX_DEPTH` counts as past the entry cap: each folder is opened from
+    `root` without following links, so a deeper chain would cost its depth squared."""
     entries = size = 0
     stack: list[list[str]] = [[]]
     while stack and entries <= max_entries and size <= max_bytes:
         parts = stack.pop()
+        if len(parts) > MAX_DEPTH:
+            return max_entries + 1, size
         for name, mode, nbytes in _entries(root, parts, max_entries + 1 - entries,
                                            allocated=True):
             entries += 1

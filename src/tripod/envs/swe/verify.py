@@ -332,16 +332,16 @@ scored run from real use (where the seed is random) meets seeds it cannot know i
 checks."""
 CHECKS_ENVIRONMENTS = (
     {},
-    {"PYTHONINTMAXSTRDIGITS": "0", "PYTHONOPTIMIZE": "1", "TZ": "America/St_Johns"},
+    {"PYTHONINTMAXSTRDIGITS": "0", "PYTHONOPTIMIZE": "2", "TZ": "America/St_Johns"},
     {"PYTHONINTMAXSTRDIGITS": "640", "TZ": "Asia/Kathmandu", "PYTHONMALLOC": "malloc"},
 )
 """What else differs between the hidden checks' processes: the interpreter's limit on
-int-to-str digits (unlimited, the least allowed, the default), `python -O`, the time zone
-(odd half-hour offsets), the allocator (the C library's ``malloc`` puts small objects on
-the heap, far below the addresses of pymalloc's arenas). Code that branches on one of these
-(``str(10 ** 5000)`` raising ValueError, an `assert`, the local time, ``id(obj)`` above
-some address) gives the processes different outputs and scores as tampering, whichever
-value it expects in real use; the gold tree's checks are kept only where its own
+int-to-str digits (unlimited, the least allowed, the default), `python -OO` (no asserts, no
+docstrings), the time zone (odd half-hour offsets), the allocator (the C library's
+``malloc`` puts small objects on the heap, far below the addresses of pymalloc's arenas).
+Code that branches on one of these (``str(10 ** 5000)`` raising ValueError, an `assert`, a
+docstring, the local time, ``id(obj)`` above some address) gives the processes different
+outputs and scores as tampering, whichever value it expects in real use; the gold tree's checks are kept only where its own
 processes agree."""
 UNSTABLE = '["unstable"]'
 """A check's outcome where the processes of `CHECK_PROCESSES` disagree."""
