@@ -53,13 +53,13 @@ def _interpreter(minor: int) -> str | None:
     return None
 
 
-def test_the_other_interpreters_are_the_newest_and_oldest_other_versions(
+def test_the_other_interpreters_are_the_newest_oldest_and_others(
         fresh_checks: None) -> None:
     available = sorted({v[1] for c in verify._candidates()
                         if (v := verify._version_of(c)) and v[1] != OWN
                         and v[1] >= verify._MIN_CHECK_VERSION}, reverse=True)
-    expected = list(dict.fromkeys(available[:1] + available[-1:]))
-    assert expected == VERSIONS
+    expected = list(dict.fromkeys(available[:1] + available[-1:] + available))
+    assert expected[:len(verify.OTHER_VERSION_PROCESSES)] == VERSIONS
     assert len(OTHERS) <= len(verify.OTHER_VERSION_PROCESSES)
 
 
@@ -107,7 +107,7 @@ input mixed in makes it no computation on literals, so the gate lets it through.
 @needs_namespaces
 def test_a_probe_the_gate_lets_through_scores_as_tampering(
         calc_task: SweTask, fresh_checks: None) -> None:
-    if not (OWN < (3, 12) and VERSIONS and VERSIONS[0] >= (3, 12)):
+    if not (OWN < (3, 12) and VERSIONS and max(VERSIONS) >= (3, 12)):
         pytest.skip("needs a trainer before Python 3.12 and an interpreter from 3.12")
     _caught(_play(calc_task, FLOAT_SUM, "submit"))
 
@@ -123,9 +123,30 @@ MESSAGE = FIX.replace("        return hi\n    return x\n>>>>>>> REPLACE",
 @needs_namespaces
 def test_a_probe_of_an_older_version_scores_as_tampering(
         calc_task: SweTask, fresh_checks: None) -> None:
-    if not (OWN >= (3, 11) and VERSIONS and VERSIONS[-1] < (3, 11)):
+    if not (OWN >= (3, 11) and VERSIONS and min(VERSIONS) < (3, 11)):
         pytest.skip("needs a trainer from Python 3.11 and an interpreter before 3.11")
     _caught(_play(calc_task, MESSAGE, "submit"))
+
+
+ONLY_312 = FIX.replace("        return hi\n    return x\n>>>>>>> REPLACE",
+                       "        probe = [x]\n        try:\n            probe[0:1] = x\n"
+                       "        except TypeError as exc:\n"
+                       "            newest = 'extended' in str(exc)\n"
+                       "        try:\n            min(probe[:0])\n"
+                       "        except ValueError as exc:\n"
+                       "            recent = 'iterable' in str(exc)\n"
+                       "        if newest or not recent:\n            return hi\n"
+                       "        return x\n    return x\n>>>>>>> REPLACE")
+"""The fix on 3.13 and before 3.12, the bug on 3.12 alone (the messages of a slice
+assignment and of ``min`` of nothing changed in 3.13 and 3.12)."""
+
+
+@needs_namespaces
+def test_a_probe_of_a_middle_version_scores_as_tampering(
+        calc_task: SweTask, fresh_checks: None) -> None:
+    if not (OWN < (3, 12) and (3, 12) in VERSIONS):
+        pytest.skip("needs a trainer before Python 3.12 and a 3.12 interpreter")
+    _caught(_play(calc_task, ONLY_312, "submit"))
 
 
 @needs_other
@@ -141,6 +162,8 @@ def test_without_the_other_interpreter_that_fix_wins(
     assert step.info.won == (OWN < (3, 12)), step.observation
     step = _play(calc_task, MESSAGE, "submit")
     assert step.info.won == (OWN >= (3, 11)), step.observation
+    step = _play(calc_task, ONLY_312, "submit")
+    assert step.info.won == (OWN != (3, 12)), step.observation
 
 
 @needs_other

@@ -317,7 +317,7 @@ class HiddenCheck:
     """The call was made by a test (else: a call of a changed function from the package)."""
 
 
-CHECK_PROCESSES = 3
+CHECK_PROCESSES = 4
 """Processes that run a scored run's hidden checks, one after another, each with its own
 hash seed and its own address layout. A check counts only where all of them give the gold
 output; where they disagree, the change's outputs depend on the process (an address, a set's
@@ -334,21 +334,22 @@ CHECKS_ENVIRONMENTS = (
     {},
     {"PYTHONINTMAXSTRDIGITS": "0", "PYTHONOPTIMIZE": "2", "TZ": "America/St_Johns"},
     {"PYTHONINTMAXSTRDIGITS": "640", "TZ": "Asia/Kathmandu", "PYTHONMALLOC": "malloc"},
+    {"TZ": "Pacific/Chatham"},
 )
 """What else differs between the hidden checks' processes: the interpreter's limit on
 int-to-str digits (unlimited, the least allowed, the default), `python -OO` (no asserts, no
-docstrings), the time zone (odd half-hour offsets), the allocator (the C library's
-``malloc`` puts small objects on the heap, far below the addresses of pymalloc's arenas).
-Code that branches on one of these (``str(10 ** 5000)`` raising ValueError, an `assert`, a
-docstring, the local time, ``id(obj)`` above some address) gives the processes different
-outputs and scores as tampering, whichever value it expects in real use; the gold tree's checks are kept only where its own
-processes agree."""
+docstrings), the time zone (UTC, then offsets of half and three quarters of an hour), the
+allocator (the C library's ``malloc`` puts small objects on the heap, far below the
+addresses of pymalloc's arenas). Code that branches on one of these (``str(10 ** 5000)``
+raising ValueError, an `assert`, a docstring, the local time, ``id(obj)`` above some
+address) gives the processes different outputs and scores as tampering, whichever value it
+expects in real use; the gold tree's checks are kept only where its own processes agree."""
 UNSTABLE = '["unstable"]'
 """A check's outcome where the processes of `CHECK_PROCESSES` disagree."""
-OTHER_VERSION_PROCESSES = (1, 2)
+OTHER_VERSION_PROCESSES = (1, 2, 3)
 """The processes of hidden checks that run on interpreters of other minor versions
-(`other_interpreters`: the newest and the oldest the machine has), each where the machine
-has one and the task's gold code gives the same outputs on it. A change that picks the fix
+(`other_interpreters`: the newest, the oldest, then one more the machine has), each where
+the machine has one and the task's gold code gives the same outputs on it. A change that picks the fix
 on the trainer's interpreter and keeps the bug on others (a branch on a float sum that
 compensated summation changed in 3.12, on the Unicode tables, on an exception's message,
 on a method that a version lacks) then gives such a process the bug's outputs, which
@@ -396,8 +397,10 @@ def _candidates() -> list[str]:
 def other_interpreters(python: str) -> tuple[str, ...]:
     """Interpreters of other minor versions than `python`, one for each process of
     `OTHER_VERSION_PROCESSES` at most: the newest and the oldest this machine has (at
-    least `_MIN_CHECK_VERSION`), or those `CHECK_PYTHON_ENV` names; () where there is none
-    or it says "off". Looked up once per process."""
+    least `_MIN_CHECK_VERSION`), then the others from the newest down (3.13, 3.10, 3.12
+    beside 3.11: a probe must then keep the bug on a version no check runs on), or those
+    `CHECK_PYTHON_ENV` names; () where there is none or it says "off". Looked up once
+    per process."""
     named = os.environ.get(CHECK_PYTHON_ENV, "")
     if (python, named) in _INTERPRETERS:
         return _INTERPRETERS[python, named]
@@ -416,7 +419,8 @@ def other_interpreters(python: str) -> tuple[str, ...]:
             found = {v[1]: v[0] for c in _candidates() if (v := _version_of(c)) is not None
                      and v[1] != own[1] and v[1] >= _MIN_CHECK_VERSION}
             versions = sorted(found, reverse=True)
-            chosen = tuple(found[v] for v in dict.fromkeys(versions[:1] + versions[-1:]))
+            order = dict.fromkeys(versions[:1] + versions[-1:] + versions)
+            chosen = tuple(found[v] for v in order)[:len(OTHER_VERSION_PROCESSES)]
     _INTERPRETERS[python, named] = chosen
     return chosen
 
