@@ -69,3 +69,36 @@ def test_a_dagger_round_trains_on_the_experts_turns_of_model_led_episodes(tmp_pa
     # the SFT model is evaluated before and after its DAgger round, not the base model
     assert set(results["eval"]) == {"sft-before-dagger", "sft"}
     assert (tmp_path / "toy" / "sft" / "model.safetensors").is_file()
+
+
+def test_a_dagger_round_starts_from_a_saved_sft_model_with_sft_epochs_0(tmp_path):
+    """`sft.epochs: 0` skips the first SFT: the DAgger round starts from `model.name` as it
+    is (its accuracy before the round is the loaded model's) and still trains on the
+    demonstrations together with the DAgger episodes."""
+    recipe = tmp_path / "toy.yaml"
+    recipe.write_text(
+        "env: {id: toy/letters-4, max_turns: 4, options: {vocabulary: 4}}\nmodel: {name: tiny}\n"
+        f"run: {{name: toy, out_dir: {tmp_path}}}\nalgo: {{estimator: grpo}}\n"
+        "rollout: {group_size: 2, games_per_iter: 2, restrict_actions: true}\n"
+        "sft: {enabled: true, games: 2, epochs: 0, dagger_games: 3, heldout_games: 2}\n"
+        "train: {iterations: 0, tensorboard: false}\n"
+        "eval: {games: 2, before_training: false}\n")
+    assert main(["train", str(recipe), "rollout.eval.max_new_tokens=4"]) == 0
+    results = json.loads((tmp_path / "toy" / "results.json").read_text())
+    assert results["sft_train"]["tokens"] == 0 and results["sft_train"]["demos"] == 2
+    dagger = results["sft_train"]["dagger"]
+    assert dagger["episodes"] == 3 and dagger["tokens"] > 0
+    held = results["sft_heldout"]
+    # no SFT between the base model and the DAgger round: the same model, the same accuracy
+    assert held["base"] == held["sft-before-dagger"]
+    assert (tmp_path / "toy" / "sft" / "model.safetensors").is_file()
+
+
+def test_sft_epochs_0_without_a_dagger_round_is_a_config_error():
+    import pytest
+    from pydantic import ValidationError
+
+    from tripod.core.config import TrainConfig
+    with pytest.raises(ValidationError, match="sft.epochs=0"):
+        TrainConfig.model_validate({"env": {"id": "toy/letters-4"},
+                                    "sft": {"enabled": True, "epochs": 0}})

@@ -244,8 +244,11 @@ class SFTSection(_Section):
     only the expert's turns are trained on (teaches recovery from mistakes)."""
     recovery_noise: float = 0.3
     """Probability of a random admissible action per turn in recovery demonstrations."""
-    epochs: int = Field(1, ge=1)
-    """Passes over the demonstrations (the paper: 1)."""
+    epochs: int = Field(1, ge=0)
+    """Passes over the demonstrations (the paper: 1). 0 skips this first SFT, for a DAgger
+    round (`dagger_games`) started from a model that is already SFT'd (`model.name` a saved
+    `sft/` checkpoint): the demonstrations are still collected, and trained on together with
+    the DAgger episodes."""
     lr: float = Field(3e-5, gt=0.0)
     """SFT learning rate (AdamW)."""
     batch_size: int = Field(4, ge=1)
@@ -422,6 +425,14 @@ class TrainConfig(_Section):
                 f"rollout.group_size: {self.algo.estimator} needs groups of at least "
                 f"{spec.min_group_size} episodes of the same game (got {self.rollout.group_size});"
                 " a group of 1 has no baseline")
+        return self
+
+    @model_validator(mode="after")
+    def _check_sft_epochs(self) -> TrainConfig:
+        if self.sft.enabled and self.sft.epochs == 0 and self.sft.dagger_games == 0:
+            raise ValueError("sft.epochs=0 skips SFT on the demonstrations, which only a DAgger "
+                             "round needs (sft.dagger_games > 0); to skip SFT, set "
+                             "sft.enabled=false")
         return self
 
     @model_validator(mode="after")

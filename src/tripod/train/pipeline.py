@@ -208,12 +208,18 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
         demos = collect_demonstrations(policy, cfg, pool)
         bar.advance(status=f"{len(demos)} won")
     dagger = cfg.sft.dagger_games > 0
-    sft = train_sft(policy, demo_rows(demos), cfg,
-                    out_dir=None if dagger else cfg.run_dir / "sft")
-    console.print(f"SFT: {len(demos)} demonstrations, {sft.tokens} agent tokens, "
-                  f"final loss {sft.final_loss:.3f} ({time.perf_counter() - t0:.0f}s)")
-    results["sft_train"] = {"demos": len(demos), "tokens": sft.tokens,
-                            "final_loss": sft.final_loss, "seconds": sft.seconds}
+    if cfg.sft.epochs == 0:  # the start model is SFT'd already: straight to the DAgger round
+        console.print(f"SFT: {len(demos)} demonstrations, kept for the DAgger round "
+                      f"(sft.epochs=0: no SFT before it)")
+        results["sft_train"] = {"demos": len(demos), "tokens": 0, "final_loss": None,
+                                "seconds": 0.0}
+    else:
+        sft = train_sft(policy, demo_rows(demos), cfg,
+                        out_dir=None if dagger else cfg.run_dir / "sft")
+        console.print(f"SFT: {len(demos)} demonstrations, {sft.tokens} agent tokens, "
+                      f"final loss {sft.final_loss:.3f} ({time.perf_counter() - t0:.0f}s)")
+        results["sft_train"] = {"demos": len(demos), "tokens": sft.tokens,
+                                "final_loss": sft.final_loss, "seconds": sft.seconds}
     if dagger:
         with paused(clock):  # the same measures before the DAgger round, for comparison
             if heldout:
