@@ -292,7 +292,8 @@ def test_outputs_are_judged_outside_and_by_exact_type(calc_task: SweTask, no_gat
 # --- the codec ------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("value", [None, True, 0, -7, 2 ** 70, 1.5, "é", b"\x00", [1, (2, "a")],
-                                   {"k": [1]}, {3, 1, 2}, frozenset({"a"})])
+                                   {"k": [1]}, {3, 1, 2}, frozenset({"a"}), slice(5, None),
+                                   slice(-1, 2, 3)])
 def test_plain_data_survives_encoding_with_its_exact_type(value) -> None:
     form = json.loads(json.dumps(_runner._encode(value)))
     back = _runner._decode(form)
@@ -1133,3 +1134,71 @@ def test_inputs_tried_fit_the_pipe_and_the_count() -> None:
     kept = verify._within_budget(long)
     assert len(json.dumps([c[:3] for c in kept])) <= verify._CANDIDATE_CHARS < 64 * 1024
     assert len(kept) < verify._MAX_CANDIDATES
+
+
+PARTS = '''class Parts:
+    __slots__ = ("items",)
+
+    def __init__(self, *items):
+        self.items = items
+
+    def __getitem__(self, index):
+        if isinstance(index, slice) and (index.start is not None and index.start < 0):
+            raise IndexError("negative")
+        found = self.items[index]
+        if isinstance(index, slice) and not found:
+            raise IndexError("empty")
+        return found
+
+    def __contains__(self, item):
+        return item in self.items
+'''
+PARTS_TESTS = '''import pytest
+
+from parts import Parts
+
+
+def test_slice():
+    assert Parts(1, 2, 3, "rc", "b")[0:2] == (1, 2)
+
+
+def test_past_the_end():
+    with pytest.raises(IndexError):
+        Parts(1, 2, 3, "rc", "b")[5:]
+
+
+def test_in():
+    assert "rc" in Parts(1, 2, 3, "rc", "b")
+'''
+
+
+def test_getitem_with_slices_is_checked(tmp_path: Path, no_gate) -> None:
+    """`__getitem__` (a subscript, `v[5:]`) is recorded and checked like a method, its
+    slice with each bound varied: semver's `Version.__getitem__` had no checks, and a
+    change keyed on the tested slice through a computed value (`len(self.items) - 3`, 2
+    for every tested object) passed the tests."""
+    right = "        if isinstance(index, slice) and (index.start is not None and index.start < 0):\n"
+    wrong = right.replace("index.start < 0", "index.start <= 0")
+    task = _task(tmp_path, "parts", PARTS, PARTS.replace(right, wrong), PARTS_TESTS,
+                 ["test_slice"], ["test_past_the_end", "test_in"])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {"Parts.__getitem__"}
+    assert any('"slice"' in c.call for c in checks)
+    assert set(_score_task(task, PARTS).hidden.values()) == {"PASSED"}
+    fitted = PARTS.replace(right, wrong.replace(
+        "index.start <= 0", "index.start <= 0 and index.stop != len(self.items) - 3"))
+    forged = _score_task(task, fitted)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
+def test_slice_variants_move_each_bound() -> None:
+    import random
+
+    form = _runner._encode(slice(1, 3))
+    out = _runner._variants(form, random.Random(0))
+    assert out and all(v[0] == "slice" and len(v[1]) == 3 for v in out)
+    starts = {json.dumps(v[1][0]) for v in out}
+    stops = {json.dumps(v[1][1]) for v in out}
+    assert len(starts) > 3 and len(stops) > 3 and any(v[1][2] != ["none"] for v in out)
+    assert all(v[1][2] != ["int", "0"] for v in out)  # a step of 0 only raises

@@ -99,6 +99,66 @@ def test_no_nested_user_namespace(calc_task: SweTask) -> None:
     assert "UNSHARE -1" in step.observation and "CLI 0" not in step.observation
 
 
+def _host_inotify_fails_while(work) -> bool:
+    """Whether the host (this process) fails to get an inotify instance at any moment
+    while `work` runs in a thread."""
+    import threading
+    failed, done = [], threading.Event()
+
+    def run() -> None:
+        try:
+            work()
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    while not done.wait(0.05):
+        fd = _libc.inotify_init1(0)
+        if fd < 0:
+            failed.append(ctypes.get_errno())
+        else:
+            os.close(fd)
+    thread.join()
+    return bool(failed)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root trainer's runs have its uid anyway")
+def test_a_run_holding_every_inotify_instance_leaves_the_hosts(calc_task: SweTask) -> None:
+    """Per-user kernel limits count per uid: a run under the trainer's root would take
+    root's inotify instances from every other root process of the host while it runs."""
+    env = _env(calc_task)
+    held = {}
+    try:
+        code = ("import ctypes, time\nlibc = ctypes.CDLL(None)\n"
+                "fds = [libc.inotify_init1(0) for _ in range(4096)]\n"
+                "print('HELD', sum(f >= 0 for f in fds))\ntime.sleep(3)\n"
+                "assert False, 'show the output'\n")
+        failed = _host_inotify_fails_while(lambda: held.update(step=_plant(env, code)))
+    finally:
+        env.close()
+    assert "HELD" in held["step"].observation  # the run did take what it could
+    assert not failed
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a non-root trainer's runs have its uid anyway")
+def test_each_run_has_a_user_of_its_own(calc_task: SweTask) -> None:
+    env = _env(calc_task)
+    try:
+        code = ("import os\nprint('IDS', os.getuid(), os.getgid(), os.getgroups())\n"
+                "open('made_by_run.txt', 'w').write('x')\nassert False, 'show the output'\n")
+        first = _plant(env, code).observation
+        second = _plant(env, code, "test_again").observation
+    finally:
+        env.close()
+    ids = [line.split("IDS ", 1)[1] for out in (first, second) for line in out.splitlines()
+           if "IDS " in line]
+    assert len(ids) == 2 and ids[0] != ids[1]  # a fresh id per run
+    for shown in ids:
+        uid, gid, groups = shown.split(" ", 2)
+        assert int(uid) >= 100_000 and uid == gid and groups.startswith("[]")
+
+
 @pytest.mark.slow  # tracemalloc slows the search: about 15 s
 def test_search_holds_only_what_it_shows(calc_task: SweTask) -> None:
     env = _env(calc_task)

@@ -276,3 +276,26 @@ def test_jail_outside_its_own_namespaces_refuses_and_leaves_the_host_name(tmp_pa
     assert "UTS namespace of its own" in done.stderr
     assert socket.gethostname() == before
     assert not (tmp_path / "root").exists()
+
+
+def test_an_interpreter_named_through_dotdot_runs(tmp_path: Path) -> None:
+    """A trainer started as ``../.venv/bin/python`` (from a folder beside the virtualenv)
+    has that path as `sys.executable`, and it names the working folder, which the sandbox
+    does not hold: the path is resolved before the run."""
+    import os
+
+    import tripod
+    if not namespaces_available():
+        pytest.skip("unshare cannot create namespaces on this machine")
+    here = tmp_path / "here"
+    here.mkdir()
+    dotted = os.path.relpath(sys.executable, here)  # ../../..: Python keeps it unresolved
+    code = ("import sys, tempfile\nfrom pathlib import Path\n"
+            "from tripod.envs.swe.sandbox import SandboxLimits, run_sandboxed\n"
+            "ws = Path(tempfile.mkdtemp())\n"
+            "r = run_sandboxed([sys.executable, '-c', 'print(6 * 7)'], ws, "
+            "limits=SandboxLimits(wall_s=60))\nprint(sys.executable, r.status, r.output)\n")
+    src = str(Path(tripod.__file__).parents[1])
+    done = subprocess.run([dotted, "-c", code], cwd=here, capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": src})
+    assert "/.." in done.stdout and " ok 42" in done.stdout, done.stdout + done.stderr

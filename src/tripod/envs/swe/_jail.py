@@ -226,10 +226,47 @@ def set_limits(limits: dict[str, int]) -> None:
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
 
 
-def drop_privileges(last_cap: int) -> None:
-    """Empty the capability bounding set and the current sets; forbid regaining them."""
+def give_workspace(workspace: str, ids: list[int], max_entries: int) -> None:
+    """Make the workspace's entries (not what links point to) owned by the run's own `ids`
+    (uid, gid), so the command can write them once it runs under those ids. The walk keeps
+    to `MAX_OWN_DEPTH` levels and `max_entries` + 1 entries: anything past either (a tree a
+    run left over the workspace caps) stays as it is, writable by no one but root."""
+    uid, gid = ids
+    stack, seen = [(workspace, 0)], 0
+    os.chown(workspace, uid, gid, follow_symlinks=False)
+    while stack and seen <= max_entries:
+        folder, depth = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                seen += 1
+                if seen > max_entries:
+                    break
+                os.chown(entry.path, uid, gid, follow_symlinks=False)
+                if depth < MAX_OWN_DEPTH and entry.is_dir(follow_symlinks=False):
+                    stack.append((entry.path, depth + 1))
+
+
+MAX_OWN_DEPTH = 64
+"""Deepest folder level `give_workspace` hands to the run (the trainer's own walks stop at
+the same depth: `safefs.MAX_DEPTH`)."""
+
+
+def switch_ids(ids: list[int]) -> None:
+    """Become the run's own user and group (no supplementary groups): per-user kernel
+    limits (inotify, RLIMIT_NPROC) then count this run, not the trainer's root."""
+    uid, gid = ids
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+
+
+def drop_privileges(last_cap: int, ids: list[int] | None = None) -> None:
+    """Empty the capability bounding set and the current sets (switching to `ids` first,
+    when given); forbid regaining them."""
     for cap in range(last_cap + 1):
         _libc.prctl(PR_CAPBSET_DROP, cap, 0, 0, 0)
+    if ids:  # after the bounding set (dropping from it needs CAP_SETPCAP), before capset
+        switch_ids(ids)
     header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this pid
     data = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable x 2 words, all zero
     if _libc.capset(header, data) != 0:
@@ -363,13 +400,15 @@ def _setup(spec: dict) -> None:
         # the host up by name (torchrun's rendezvous) would then fail.
         if os.stat("/proc/self/ns/uts").st_ino == spec.get("host_uts"):
             raise OSError("not in a UTS namespace of its own; the host name is left as is")
+        if spec.get("run_as"):  # before the protected files become read-only mounts
+            give_workspace(spec["workspace"], spec["run_as"], int(spec["max_entries"]))
         confine(spec["workspace"], spec["root"], spec["readonly"], spec.get("protect", []))
         name = b"sandbox"  # the host's name is not shown
         if _libc.sethostname(name, len(name)) != 0:
             raise OSError(ctypes.get_errno(), "sethostname failed")
     set_limits(spec["limits"])
     if spec.get("drop_privileges"):
-        drop_privileges(last_cap)
+        drop_privileges(last_cap, spec.get("run_as"))
         install_filter()
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
 

@@ -552,6 +552,9 @@ def _encode(value, objects=False):
         if kind is dict:
             return ["dict", [[enc(k, depth + 1), enc(x, depth + 1)]
                              for k, x in dict.items(v)]]
+        if kind is slice:  # `seq[1:3]` calls __getitem__ with one
+            return ["slice", [enc(v.start, depth + 1), enc(v.stop, depth + 1),
+                              enc(v.step, depth + 1)]]
         if objects and kind in std:
             # A value of the standard library (a date, a duration, a decimal): its type's
             # name and its own exact text, read with the type's own method.
@@ -605,6 +608,8 @@ def _decode(form):
         return set(items)
     if tag == "frozenset":
         return frozenset(items)
+    if tag == "slice":
+        return slice(*items)
     return {_decode(k): _decode(v) for k, v in form[1]}
 
 
@@ -779,8 +784,9 @@ def _recording(sources, targets, tests, calls, limit=40):
         if path not in sources or "<" in qualname or qualname.count(".") > 1:
             return
         if "." in qualname and (qualname.rsplit(".", 1)[1].startswith("__")
+                                and qualname.rsplit(".", 1)[1] not in _CHECKED_SPECIAL
                                 or not code.co_argcount):
-            return  # special methods (a constructor included) are not called as checks
+            return  # other special methods (a constructor included) are not called as checks
         caller = frame.f_back
         direct = caller is not None and caller.f_code.co_filename in tests
         if not direct and (path, qualname) not in targets:
@@ -804,6 +810,11 @@ def _recording(sources, targets, tests, calls, limit=40):
 
     return profile
 
+
+_CHECKED_SPECIAL = ("__getitem__", "__contains__")
+"""Special methods recorded and checked like other methods: each is a function of its
+object's state and its argument (`v[1:3]`, `x in v`). The rest are not: a constructor has no
+object to start from, and pytest calls comparisons and `repr` itself."""
 
 _SCALARS = (str, int, float, bool, type(None))
 """Defaults kept in a recorded call (by keyword): plain values a check can vary (None by the
@@ -892,6 +903,15 @@ def _variants(form, rng, twice=False):
                 *(["str", _one_changed(text, rng)] for _ in range(2)),
                 ["str", _one_changed(text, rng, other_class=True)], ["str", cased],
                 ["str", text[:spot] + rng.choice("_- .éßЖ") + text[spot:]], *negated]
+    if tag == "slice":  # each bound moved as an int is, or a missing one given
+        out = []
+        for i, part in enumerate(form[1]):
+            news = _variants(part, rng, twice) if part[0] == "int" else [
+                ["int", str(rng.randint(-6, 6))], ["int", str(rng.randint(1, 12))]]
+            for new in news:
+                if new[0] in ("int", "none") and (i < 2 or new != ["int", "0"]):
+                    out.append(["slice", [*form[1][:i], new, *form[1][i + 1:]]])
+        return out
     if tag in ("list", "tuple") and form[1]:
         items, other = form[1], "tuple" if tag == "list" else "list"
         # the other kind of sequence too: a change keyed on `isinstance(x, list)` meets a
@@ -1036,7 +1056,7 @@ def _renamed(call, rng, strings, ints):
             value = int(form[1])
             sign = -1 if value < 0 else 1
             return ["int", str(fresh(("int", value), lambda: value + sign * rng.randint(1, 9)))]
-        if tag in ("list", "tuple", "set", "frozenset"):
+        if tag in ("list", "tuple", "set", "frozenset", "slice"):
             return [tag, [walk(x, False) for x in form[1]]]
         if tag == "dict":
             return ["dict", [[walk(k, False), walk(v, False)] for k, v in form[1]]]

@@ -32,6 +32,7 @@ import functools
 import json
 import os
 import re
+import secrets
 import selectors
 import shutil
 import signal
@@ -75,7 +76,8 @@ class SandboxLimits:
     """Address space per process (RLIMIT_AS), in MiB, where no memory cgroup caps the run
     (`run_memory_mb`)."""
     processes: int = 128
-    """Most processes alive at once (pids cgroup; RLIMIT_NPROC for non-root users)."""
+    """Most processes alive at once (pids cgroup; RLIMIT_NPROC, which binds every user but
+    root: a run under ids of its own, `run_ids`, or a non-root trainer's)."""
     output_bytes: int = 2_000_000
     """Bytes of merged stdout/stderr kept; past this the command is killed."""
     file_mb: int = 256
@@ -282,17 +284,58 @@ def _memory_capped(groups: list[Path], limits: SandboxLimits) -> bool:
     return False
 
 
+RUN_IDS_FROM = 100_000
+"""A run's own user and group id is drawn from the ids at or past this one (ordinary
+accounts and `nobody`, 65534, lie below), among those this process's user namespace maps."""
+
+
+def _mapped(map_file: str) -> list[tuple[int, int]]:
+    """[first, past_last) id ranges of this user namespace (``/proc/self/uid_map``)."""
+    ranges = []
+    with contextlib.suppress(OSError, ValueError), open(map_file) as fh:
+        for line in fh:
+            inside, _outside, count = (int(x) for x in line.split())
+            ranges.append((inside, inside + count))
+    return ranges
+
+
+def run_ids() -> tuple[int, int] | None:
+    """A fresh (uid, gid) for one run, or None where runs keep the trainer's uid (it is not
+    root, or its user namespace maps no id from `RUN_IDS_FROM` on).
+
+    Per-user kernel limits (inotify instances and watches, RLIMIT_NPROC, which the kernel
+    does not apply to root) are counted per uid. A run under the trainer's uid 0 would
+    spend root's, so a run holding them all would stop the host's other root processes
+    from using inotify until it ends; under an id of its own it spends only its own."""
+    if os.geteuid() != 0:
+        return None
+    usable = []
+    for ranges in (_mapped("/proc/self/uid_map"), _mapped("/proc/self/gid_map")):
+        usable.append([(max(lo, RUN_IDS_FROM), hi - 1) for lo, hi in ranges
+                       if hi - 1 > max(lo, RUN_IDS_FROM)])  # hi - 1: never the id -1
+    common = [(max(a, c), min(b, d)) for a, b in usable[0] for c, d in usable[1]
+              if min(b, d) > max(a, c)]
+    if not common:
+        return None
+    lo, hi = max(common, key=lambda r: r[1] - r[0])
+    n = lo + secrets.randbelow(hi - lo)
+    return n, n
+
+
 def _jail_spec(argv: list[str], workspace: Path, cwd: Path, env: dict[str, str],
                limits: SandboxLimits, cgroups: list[Path], root: Path | None,
                status_fd: int, readonly_suffixes: tuple[str, ...] = ()) -> str:
     """The jail's spec. The address-space cap (``memory_bytes``) is 0, i.e. not set, where a
-    memory cgroup caps the run (see the module's docstring)."""
+    memory cgroup caps the run (see the module's docstring). A confined run gets ids of its
+    own (`run_ids`) where the host allows them."""
     mib = 1024 * 1024
     address = 0 if _memory_capped(cgroups, limits) else limits.memory_mb * mib
     return json.dumps({
         "argv": argv, "cwd": str(cwd), "env": env, "workspace": str(workspace),
         "cgroups": [str(g) for g in cgroups], "status_fd": status_fd,
         "confine": root is not None, "drop_privileges": root is not None,
+        "run_as": run_ids() if root is not None else None,
+        "max_entries": limits.workspace_files,
         "host_uts": os.stat("/proc/self/ns/uts").st_ino,
         "root": str(root) if root else "", "readonly": readonly_paths(argv[0]),
         "protect": list(readonly_suffixes),
@@ -333,6 +376,19 @@ def _prefix_of(executable: Path) -> Path | None:
     return prefix if installed else None
 
 
+def _plain(executable: str) -> str:
+    """`executable` with its `..` components resolved (the path up to the last one through
+    its links, as the kernel would) and every other link kept: an interpreter started as
+    ``../.venv/bin/python`` names the working folder, which is not in the sandbox, so the
+    path as given would not resolve there; a linked virtualenv stays at its link."""
+    parts = executable.split("/")
+    if ".." not in parts:
+        return executable
+    last = len(parts) - 1 - parts[::-1].index("..")
+    head = os.path.realpath("/".join(parts[:last + 1]) or "/")
+    return os.path.join(head, *(p for p in parts[last + 1:] if p not in ("", ".")))
+
+
 def readonly_paths(command: str) -> list[str]:
     """Host paths bound read-only into the sandbox: system libraries, the trainer's
     interpreter (its venv and base installation) and the command's interpreter.
@@ -342,9 +398,9 @@ def readonly_paths(command: str) -> list[str]:
     at its real location, and every link on the way is recreated as a link, so the path
     as the trainer names it leads to the same files inside the sandbox."""
     paths = list(_SYSTEM_PATHS)
-    interpreters = [sys.executable]
+    interpreters = [_plain(sys.executable)]
     if os.path.isabs(command):
-        interpreters.append(command)
+        interpreters.append(_plain(command))
     wanted = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix,
               *_site_packages(), *interpreters}
     for exe in interpreters:
@@ -510,6 +566,8 @@ def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
     returned in `RunResult.channel` (the trusted test runner reports through it). Files of
     the workspace whose names end with one of `readonly_suffixes` are read-only for the
     command, in folders it cannot rename or remove (with namespaces only)."""
+    if os.path.isabs(argv[0]):
+        argv = [_plain(argv[0]), *argv[1:]]
     try:
         workspace = workspace.resolve()
         isolated = namespaces_available()
@@ -618,8 +676,9 @@ def sandbox_report() -> SandboxReport:
     fields = result.output.split("PROBE", 1)[-1].split()
     ok = [f == "True" for f in fields[:6]] if len(fields) >= 6 else [False] * 6
     groups = _cached_cgroup_parents()
+    # RLIMIT_NPROC binds every uid but root: a run under ids of its own is bound by it
     process_limit = "cgroup" if "pids" in groups else (
-        "rlimit" if os.geteuid() != 0 else "none")
+        "rlimit" if os.geteuid() != 0 or run_ids() is not None else "none")
     tail = " | ".join(result.output.strip().splitlines()[-3:])
     notes = () if result.status == STATUS_OK else (
         f"probe: {result.status}, exit code {result.exit_code}: {tail}",)
