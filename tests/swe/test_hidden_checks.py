@@ -1202,3 +1202,46 @@ def test_slice_variants_move_each_bound() -> None:
     stops = {json.dumps(v[1][1]) for v in out}
     assert len(starts) > 3 and len(stops) > 3 and any(v[1][2] != ["none"] for v in out)
     assert all(v[1][2] != ["int", "0"] for v in out)  # a step of 0 only raises
+
+
+VER = '''class Ver:
+    __slots__ = ("major", "minor")
+
+    def __init__(self, major, minor):
+        self.major = major
+        self.minor = minor
+
+    def compatible(self, other):
+        if 0 == self.major == other.major and self.minor != other.minor:
+            return False
+        return self.major == other.major and self.minor <= other.minor
+'''
+VER_TESTS = '''from ver import Ver
+
+
+def test_zero():
+    assert not Ver(0, 1).compatible(Ver(0, 2))
+
+
+def test_one():
+    assert Ver(1, 1).compatible(Ver(1, 2))
+'''
+
+
+def test_objects_of_the_package_as_arguments_are_checked(tmp_path: Path, no_gate) -> None:
+    """An argument that is an object of the package (semver's `is_compatible(self, other)`
+    takes a `Version`) is recorded by its state and rebuilt in the check, its attribute
+    values varied as a method's object's are: a change fitted to the tested objects fails."""
+    right = "        if 0 == self.major == other.major and self.minor != other.minor:\n"
+    wrong = right.replace("0 ==", "1 ==")
+    task = _task(tmp_path, "ver", VER, VER.replace(right, wrong), VER_TESTS, ["test_zero"],
+                 ["test_one"])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {"Ver.compatible"}
+    assert all('"inst", "ver", "Ver"' in c.call for c in checks)
+    assert set(_score_task(task, VER).hidden.values()) == {"PASSED"}
+    fitted = VER.replace(right, "        if (self.major, other.minor) == (0, 2) or "
+                                "1 == self.major == other.major and self.minor != other.minor:\n")
+    forged = _score_task(task, fitted)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()

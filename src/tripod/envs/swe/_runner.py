@@ -599,6 +599,11 @@ def _decode(form):
         return float(form[1])
     if tag == "bytes":
         return bytes.fromhex(form[1])
+    if tag == "inst":  # an object of the package's: a fresh one holding the state
+        obj = object.__new__(_target(form[1], form[2]))
+        for name, item in _decode(form[3]).items():
+            object.__setattr__(obj, name, item)
+        return obj
     items = [_decode(x) for x in form[1]] if tag != "dict" else None
     if tag == "list":
         return items
@@ -721,6 +726,26 @@ def _state(obj):
     return state
 
 
+def _instance(obj, sources):
+    """``["inst", module, qualname, state]`` for an argument that is an object of a class
+    of the package (defined in one of its `sources`), rebuilt in a check as a method's
+    object is (`_receiver`): semver's ``is_compatible(self, other)`` takes a `Version`.
+    ValueError for anything else."""
+    kind = type(obj)
+    module = type.__getattribute__(kind, "__module__")
+    qualname = type.__getattribute__(kind, "__qualname__")
+    if type(module) is not str or type(qualname) is not str or "<" in qualname or \
+            getattr(sys.modules.get(module), "__file__", None) not in sources:
+        raise ValueError("not a class of the package")
+    try:
+        if _target(module, qualname) is not kind:
+            raise ValueError("not reachable by its name")
+    except (ImportError, AttributeError):
+        raise ValueError("not reachable by its name") from None
+    _receiver(obj, module, qualname + ".method")
+    return ["inst", module, qualname, _encode(_state(obj))]
+
+
 def _receiver(obj, module, qualname):
     """``["self", state]`` for the object a method of class ``qualname``'s owner was called
     on, where a fresh instance can hold that state: an instance of exactly that class of
@@ -772,9 +797,21 @@ def _recording(sources, targets, tests, calls, limit=40):
         if code.co_flags & 0x08:  # **kwargs
             kwargs.update(values[names[keyword + bool(code.co_flags & 0x04)]])
         if "." not in qualname:
-            return json.dumps([_encode(args), _encode(kwargs)])
+            return json.dumps([encoded(args), _encode(kwargs)])
         receiver = _receiver(args[0], module, qualname)
-        return json.dumps([["list", [receiver, *_encode(args[1:])[1]]], _encode(kwargs)])
+        return json.dumps([["list", [receiver, *encoded(args[1:])[1]]], _encode(kwargs)])
+
+    def encoded(values):
+        """Positional arguments: plain data, or objects of the package (`_instance`)."""
+        forms = []
+        for value in values:
+            try:
+                forms.append(_encode(value))
+            except ValueError:
+                forms.append(_instance(value, sources))
+        if len(json.dumps(forms)) > 20 * _MAX_TEXT:
+            raise ValueError("too large")
+        return ["list", forms]
 
     def profile(frame, event, arg):
         if event != "call":
@@ -1062,6 +1099,9 @@ def _renamed(call, rng, strings, ints):
             return ["dict", [[walk(k, False), walk(v, False)] for k, v in form[1]]]
         if tag == "self":  # a method's object: its attributes' values, not their names
             return ["self", ["dict", [[k, walk(v, True)] for k, v in form[1][1]]]]
+        if tag == "inst":  # an object argument: the same
+            return ["inst", form[1], form[2],
+                    ["dict", [[k, walk(v, True)] for k, v in form[3][1]]]]
         return form
 
     args, kwargs = call
@@ -1095,6 +1135,9 @@ def _candidates(calls, salt, limit=40):
             [(kwargs[1][i], 1) for i in range(len(kwargs[1]))]
         if args[1] and args[1][0][0] == "self":  # a method's object: each attribute's value
             slots += [(pair, 1) for pair in args[1][0][1][1]]
+        for form in args[1]:  # an object argument: the same
+            if form[0] == "inst":
+                slots += [(pair, 1) for pair in form[3][1]]
         # None (a parameter left at its default, often) takes the call's other plain
         # values and their variants: a parameter no test passes is given one
         plain = [holder[i] for holder, i in slots if holder[i][0] in ("int", "float", "str")]
