@@ -1245,3 +1245,68 @@ def test_objects_of_the_package_as_arguments_are_checked(tmp_path: Path, no_gate
     forged = _score_task(task, fitted)
     assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
     assert "FAILED" in forged.hidden.values()
+
+
+SPAN = '''from datetime import timedelta
+from decimal import Decimal
+
+
+def span(start, length, rate=Decimal("1.5")):
+    if length < timedelta(0):
+        raise ValueError("negative")
+    return (start + length).isoformat(), rate * length.days
+'''
+SPAN_TESTS = '''from datetime import date, timedelta
+from decimal import Decimal
+
+from span import span
+
+
+def test_span():
+    assert span(date(2020, 1, 30), timedelta(days=3), Decimal("2")) == ("2020-02-02", 6)
+'''
+
+
+@pytest.mark.parametrize("value", ["2020-02-29", "2020-02-29T23:59:58.5+05:30", "12:30:01",
+                                   "timedelta", "Decimal", "Fraction"])
+def test_standard_values_as_arguments_are_rebuilt_exactly(value) -> None:
+    import datetime
+    import decimal
+    import fractions
+    import random
+
+    made = {"timedelta": datetime.timedelta(days=-2, seconds=5, microseconds=7),
+            "Decimal": decimal.Decimal("-1.250"), "Fraction": fractions.Fraction(3, 7)}
+    if value in made:
+        v = made[value]
+    else:
+        kind = datetime.datetime if "T" in value else datetime.time if ":" in value \
+            else datetime.date
+        v = kind.fromisoformat(value)
+    form = json.loads(json.dumps(_runner._encode(v, values=True)))
+    back = _runner._decode(form)
+    assert back == v and type(back) is type(v) and form[0] == "std"
+    variants = _runner._variants(form, random.Random(1))
+    assert len(variants) >= 3 and all(f[0] == "std" and f[1] == form[1] for f in variants)
+    assert all(_runner._decode(f) != v for f in variants)
+    with pytest.raises(ValueError):  # plain data alone, without `values`
+        _runner._encode(v)
+
+
+def test_dates_durations_and_decimals_as_arguments_are_varied(tmp_path: Path, no_gate) -> None:
+    """Arguments of the standard library's value types (isodate's functions take dates,
+    durations, decimals) are recorded, rebuilt and varied in the checks: a change keyed on
+    the tested date passes the tests and fails the checks."""
+    right = "    return (start + length).isoformat(), rate * length.days\n"
+    wrong = "    return (start + length).isoformat(), rate * (length.days + 1)\n"
+    task = _task(tmp_path, "span", SPAN, SPAN.replace(right, wrong), SPAN_TESTS,
+                 ["test_span"], [])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {"span"}
+    assert any('"std", "date"' in c.call and '"std", "timedelta"' in c.call for c in checks)
+    assert set(_score_task(task, SPAN).hidden.values()) == {"PASSED"}
+    fitted = SPAN.replace(right, "    if start.day == 30:\n        return (start + length)"
+                                 ".isoformat(), rate * length.days\n" + wrong)
+    forged = _score_task(task, fitted)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()

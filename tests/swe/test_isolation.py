@@ -227,6 +227,34 @@ def test_many_files_end_the_run(calc_task: SweTask) -> None:
     assert step.terminated and step.info.extra["status"] == "workspace_limit"
 
 
+@pytest.mark.parametrize("how", ["unlinked", "tmpfile", "mapped"])
+def test_removed_files_held_open_count_as_workspace_bytes(calc_task: SweTask, how: str) -> None:
+    """A file removed after opening (or made with O_TMPFILE, or mapped and then closed) is
+    in no folder, yet holds its disk blocks until the run ends: six such 255 MiB files held
+    1.5 GB of the host's disk past a 512 MiB cap. The run's held files are counted while it
+    runs."""
+    make = {
+        "unlinked": "f = open(f'held{i}', 'wb'); os.unlink(f'held{i}')",
+        "tmpfile": "f = os.fdopen(os.open('.', os.O_TMPFILE | os.O_RDWR), 'wb')",
+        "mapped": "f = open(f'held{i}', 'w+b'); os.unlink(f'held{i}')",
+    }[how]
+    code = ("import mmap, os, time\nheld = []\nfor i in range(4):\n"
+            f"    {make}\n    f.write(b'x' * (3 << 20)); f.flush(); os.fsync(f.fileno())\n"
+            + ("    held.append(mmap.mmap(f.fileno(), 0)); f.close()\n" if how == "mapped"
+               else "    held.append(f)\n")
+            + "time.sleep(4)\n")
+    from tripod.envs.swe.sandbox import sandbox_report
+    report = sandbox_report()
+    if report.process_limit != "cgroup" and not report.run_caps:
+        pytest.skip("no per-run cgroup: a run's processes are not known to the watch")
+    env = _env(calc_task, workspace_mb=8)
+    try:
+        step = _plant(env, code)
+    finally:
+        env.close()
+    assert step.terminated and step.info.extra["status"] == "workspace_limit"
+
+
 def test_bytes_end_the_run(calc_task: SweTask) -> None:
     env = _env(calc_task, workspace_mb=1)
     try:

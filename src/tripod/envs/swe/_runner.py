@@ -518,14 +518,77 @@ def _std_values():
     return out
 
 
-def _encode(value, objects=False):
+def _std_value(name, text):
+    """The standard library's value `_std_values` wrote as (`name`, `text`)."""
+    if name in ("datetime", "date", "time"):
+        import datetime
+
+        return getattr(datetime, name).fromisoformat(text)
+    if name == "timedelta":
+        import datetime
+
+        days, seconds, micro = (int(x) for x in text.split())
+        return datetime.timedelta(days=days, seconds=seconds, microseconds=micro)
+    if name == "Decimal":
+        import decimal
+
+        return decimal.Decimal(text)
+    if name == "Fraction":
+        import fractions
+
+        return fractions.Fraction(text)
+    raise ValueError(f"not a standard value: {name}")
+
+
+def _std_variants(form, rng):
+    """Changed versions of a standard library value (`_std_value`): a date or time moved
+    by random days, hours, minutes or seconds (within the type's range), one with a UTC
+    offset given others, a duration and a decimal or fraction scaled, negated and moved by
+    random offsets of 1 to 9 digits."""
+    import datetime
+
+    name, text = form[1], form[2]
+    value = _std_value(name, text)
+    out = []
+    if name in ("datetime", "date"):
+        for days in (rng.randint(1, 40), -rng.randint(1, 40), rng.randint(100, 20000),
+                     -rng.randint(100, 20000)):
+            try:  # noqa: SIM105 - the runner imports only what it must
+                out.append(value + datetime.timedelta(days=days))
+            except OverflowError:
+                pass
+        if name == "datetime":
+            out.append(value + datetime.timedelta(seconds=rng.randint(1, 86399)))
+    elif name == "time":
+        out += [value.replace(hour=rng.randrange(24)), value.replace(minute=rng.randrange(60)),
+                value.replace(second=rng.randrange(60))]
+    elif name == "timedelta":
+        out += [value * rng.randint(2, 9), -value, value + datetime.timedelta(
+            seconds=_offset(rng) % 10 ** 8), value + datetime.timedelta(days=rng.randint(1, 400))]
+    else:
+        kind = type(value)
+        out += [value * rng.randint(2, 9), -value, value + _offset(rng),
+                value + kind(rng.randint(1, 9)) / kind(10 ** rng.randint(1, 4))]
+    if name in ("datetime", "time") and value.tzinfo is not None:
+        # other UTC offsets: whole hours, quarter hours and any minute, east and west (a
+        # change keyed on the tested offsets' range meets the others)
+        for minutes in (60 * rng.randint(-12, 14), 15 * rng.randint(-48, 56),
+                        rng.randint(-1439, 1439), -rng.randint(1, 300)):
+            out.append(value.replace(tzinfo=datetime.timezone(
+                datetime.timedelta(minutes=minutes))))
+    std = _std_values()
+    return [["std", name, std[type(v)](v)] for v in out if v != value and type(v) in std]
+
+
+def _encode(value, objects=False, values=False):
     """An exactly typed JSON-able form of plain data (None, bool, int, float, str, bytes,
-    and lists, tuples, sets and dicts of them), and with `objects` of the standard
-    library's value types (`_std_values`) and of instances of Python classes by their
-    class name and attributes; ValueError for anything else. Types are
+    and lists, tuples, sets and dicts of them), with `values` or `objects` of the standard
+    library's value types (`_std_values`, which `_decode` rebuilds), and with `objects` of
+    instances of Python classes by their class name and attributes (an outcome's form,
+    compared, never rebuilt); ValueError for anything else. Types are
     compared exactly: a subclass (a str whose ``__eq__`` always holds) is not plain."""
     budget = [_MAX_ITEMS]
-    std = _std_values() if objects else {}
+    std = _std_values() if objects or values else {}
 
     def enc(v, depth):
         budget[0] -= 1
@@ -555,7 +618,7 @@ def _encode(value, objects=False):
         if kind is slice:  # `seq[1:3]` calls __getitem__ with one
             return ["slice", [enc(v.start, depth + 1), enc(v.stop, depth + 1),
                               enc(v.step, depth + 1)]]
-        if objects and kind in std:
+        if kind in std:
             # A value of the standard library (a date, a duration, a decimal): its type's
             # name and its own exact text, read with the type's own method.
             return ["std", kind.__qualname__, std[kind](v)]
@@ -599,6 +662,8 @@ def _decode(form):
         return float(form[1])
     if tag == "bytes":
         return bytes.fromhex(form[1])
+    if tag == "std":
+        return _std_value(form[1], form[2])
     if tag == "inst":  # an object of the package's: a fresh one holding the state
         obj = object.__new__(_target(form[1], form[2]))
         for name, item in _decode(form[3]).items():
@@ -743,7 +808,7 @@ def _instance(obj, sources):
     except (ImportError, AttributeError):
         raise ValueError("not reachable by its name") from None
     _receiver(obj, module, qualname + ".method")
-    return ["inst", module, qualname, _encode(_state(obj))]
+    return ["inst", module, qualname, _encode(_state(obj), values=True)]
 
 
 def _receiver(obj, module, qualname):
@@ -759,7 +824,7 @@ def _receiver(obj, module, qualname):
         if type.__getattribute__(base, "__module__") == "builtins" or \
                 "__new__" in type.__getattribute__(base, "__dict__"):
             raise ValueError("not a plain class")
-    return ["self", _encode(_state(obj))]
+    return ["self", _encode(_state(obj), values=True)]
 
 
 def _recording(sources, targets, tests, calls, limit=40):
@@ -797,16 +862,17 @@ def _recording(sources, targets, tests, calls, limit=40):
         if code.co_flags & 0x08:  # **kwargs
             kwargs.update(values[names[keyword + bool(code.co_flags & 0x04)]])
         if "." not in qualname:
-            return json.dumps([encoded(args), _encode(kwargs)])
+            return json.dumps([encoded(args), _encode(kwargs, values=True)])
         receiver = _receiver(args[0], module, qualname)
-        return json.dumps([["list", [receiver, *encoded(args[1:])[1]]], _encode(kwargs)])
+        return json.dumps([["list", [receiver, *encoded(args[1:])[1]]],
+                           _encode(kwargs, values=True)])
 
     def encoded(values):
         """Positional arguments: plain data, or objects of the package (`_instance`)."""
         forms = []
         for value in values:
             try:
-                forms.append(_encode(value))
+                forms.append(_encode(value, values=True))
             except ValueError:
                 forms.append(_instance(value, sources))
         if len(json.dumps(forms)) > 20 * _MAX_TEXT:
@@ -897,6 +963,11 @@ def _variants(form, rng, twice=False):
     shortened or lengthened by one item (an odd length where the tests' was even), or as
     the other kind of sequence (a tuple for a list)."""
     tag = form[0]
+    if tag == "std":
+        try:
+            return _std_variants(form, rng)
+        except (ValueError, OverflowError, ArithmeticError):
+            return []
     if tag == "int":
         value = int(form[1])
         sign = -1 if value < 0 else 1

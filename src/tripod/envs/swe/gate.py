@@ -84,6 +84,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from pathlib import PurePosixPath
 
 _UTF8 = ("utf-8", "utf-8-sig")
 _DUNDER_OK = frozenset({"__init__", "__name__", "__all__", "__doc__"})
@@ -2038,6 +2039,61 @@ def check_file(path: str, pristine: ast.Module, changed: bytes, vocab: Vocabular
     return sorted(refusals, key=lambda r: (r.line, r.rule, r.detail))
 
 
+def _module_names(tree: ast.AST, modules: frozenset[str]) -> frozenset[str]:
+    """Names an import of `tree` binds to one of the project's own modules or packages
+    (`modules`: the stems of its source files and folders): ``import idna`` binds
+    ``idna``, ``from . import idnadata`` and ``from .core import idnadata`` bind
+    ``idnadata`` where a file ``idnadata.py`` exists."""
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.split(".")[0] in modules:
+                    names.add(a.asname or a.name.split(".")[0])
+        elif isinstance(node, ast.ImportFrom):
+            names.update(a.asname or a.name for a in node.names if a.name in modules)
+    return frozenset(names)
+
+
+def _module_values(tree: ast.AST, names: frozenset[str]) -> tuple[Counter[str], dict[str, int]]:
+    """How often `tree` uses one of its module names (`_module_names`), or an attribute
+    of that name, as a value: anything but the head of a longer attribute (``core.decode``
+    is a use of the module's function; ``core`` alone, handed to ``repr``, ``str`` or a
+    format, is the module, whose text names the file it was loaded from)."""
+    parents = {id(child): node for node in ast.walk(tree)
+               for child in ast.iter_child_nodes(node)}
+    found: Counter[str] = Counter()
+    lines: dict[str, int] = {}
+    for node in ast.walk(tree):
+        name = node.id if isinstance(node, ast.Name) else \
+            node.attr if isinstance(node, ast.Attribute) else None
+        if name not in names or not isinstance(node.ctx, ast.Load):
+            continue
+        parent = parents.get(id(node))
+        if isinstance(parent, ast.Attribute) and parent.value is node:
+            continue
+        text = ast.unparse(node)
+        found[text] += 1
+        lines[text] = min(lines.get(text, node.lineno), node.lineno)
+    return found, lines
+
+
+def module_refusals(path: str, pristine: ast.Module, changed: bytes,
+                    modules: frozenset[str]) -> list[Refusal]:
+    """Refusals of new uses of the project's own modules as values (`_module_values`):
+    ``"score-" in repr(idnadata)`` read the scored copy's folder from the module's text
+    and kept the bug everywhere else."""
+    tree = parse_source(changed)
+    names = _module_names(tree, modules) | _module_names(pristine, modules)
+    before, _ = _module_values(pristine, names)
+    after, lines = _module_values(tree, names)
+    return [Refusal(path, "environment", f"`{text}`, one of the project's modules, used as "
+                    "a value: its text names the folder it was loaded from, which differs "
+                    "between a scored run and real use (a module is used through its "
+                    "attributes)", lines[text])
+            for text, n in sorted(after.items()) if n > before[text]]
+
+
 def _depth(tree: ast.AST) -> tuple[int, int]:
     """How deep `tree` nests: (levels of syntax, a module of one name having 4; levels of
     `_NESTED` blocks), counted without recursion, so a tree too deep for the recursive
@@ -2067,6 +2123,11 @@ class Gate:
         """Per file: top-level definitions that only the tests use (test code)."""
         self.trees: dict[str, ast.Module] = {}
         self.sizes = {rel: len(data) for rel, data in pristine.items()}
+        parts = [PurePosixPath(rel) for rel in pristine]
+        self.modules = frozenset({p.stem for p in parts if p.suffix == ".py"} - {"__init__"}
+                                 | {f for p in parts for f in p.parent.parts})
+        """The stems of the project's source files and the names of their folders: the
+        names its own modules and packages are imported by."""
         self.vocab = Vocabulary()
         for rel, data in pristine.items():
             try:
@@ -2116,6 +2177,7 @@ class Gate:
             try:
                 refusals += check_file(rel, pristine, data, self.vocab, self.allowed.get(rel),
                                        self.fitted)
+                refusals += module_refusals(rel, pristine, data, self.modules)
                 refusals += self._helpers_changed(rel, pristine, data)
             except Unreadable as exc:
                 target = broken if exc.rule == "syntax" else refusals

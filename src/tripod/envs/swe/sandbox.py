@@ -36,6 +36,7 @@ import secrets
 import selectors
 import shutil
 import signal
+import stat
 import subprocess
 import sys
 import sysconfig
@@ -587,7 +588,7 @@ def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
         result = run_capped([*prefix, sys.executable, "-I", str(_JAIL), str(spec_fd)],
                             workspace, limits, pass_fds=fds, cgroups=tuple(cgroups),
                             env=dict(_JAIL_ENV), drain=drain,
-                            watch=lambda: over_workspace_caps(workspace, limits))
+                            watch=lambda: over_workspace_caps(workspace, limits, cgroups))
         outcome = os.read(status_r, 4096).decode(errors="replace").strip()
     finally:
         os.close(status_r)
@@ -604,12 +605,46 @@ def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
     return result
 
 
-def over_workspace_caps(workspace: Path, limits: SandboxLimits) -> bool:
+def over_workspace_caps(workspace: Path, limits: SandboxLimits,
+                        cgroups: list[Path] | tuple[Path, ...] = ()) -> bool:
     """Whether `workspace` holds more entries or bytes than `limits` allow (counting stops
-    just past a cap, so it costs little)."""
+    just past a cap, so it costs little). During a run (`cgroups`: the run's), the bytes
+    of files its processes hold open or mapped after removing them count too: they are in
+    no folder, yet hold the workspace's disk until the run ends."""
     max_bytes = limits.workspace_mb * 1024 * 1024
-    entries, size = safefs.usage(workspace, limits.workspace_files, max_bytes)
-    return entries > limits.workspace_files or size > max_bytes
+    held = held_unlinked_bytes(cgroups, os.stat(workspace).st_dev) if cgroups else 0
+    if held > max_bytes:
+        return True
+    entries, size = safefs.usage(workspace, limits.workspace_files, max_bytes - held)
+    return entries > limits.workspace_files or size > max_bytes - held
+
+
+def held_unlinked_bytes(cgroups: list[Path] | tuple[Path, ...], device: int) -> int:
+    """Disk bytes of the files on `device` that the processes of `cgroups` hold through a
+    descriptor or a mapping although no folder names them any more (removed after opening,
+    or made with ``O_TMPFILE``): each counted once, by the blocks it holds."""
+    pids: set[str] = set()
+    for group in cgroups:
+        with contextlib.suppress(OSError):
+            pids.update((group / "cgroup.procs").read_text().split())
+    seen: set[int] = set()
+    total = 0
+    for pid in pids:
+        for kind in ("fd", "map_files"):
+            try:
+                links = os.listdir(f"/proc/{pid}/{kind}")
+            except OSError:
+                continue
+            for link in links:
+                try:
+                    st = os.stat(f"/proc/{pid}/{kind}/{link}")
+                except OSError:
+                    continue
+                if st.st_nlink == 0 and st.st_dev == device and stat.S_ISREG(st.st_mode) \
+                        and st.st_ino not in seen:
+                    seen.add(st.st_ino)
+                    total += max(st.st_size, st.st_blocks * 512)
+    return total
 
 
 def workspace_limit_message(limits: SandboxLimits) -> str:
