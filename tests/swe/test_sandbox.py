@@ -299,3 +299,32 @@ def test_an_interpreter_named_through_dotdot_runs(tmp_path: Path) -> None:
     done = subprocess.run([dotted, "-c", code], cwd=here, capture_output=True, text=True,
                           timeout=120, env={**os.environ, "PYTHONPATH": src})
     assert "/.." in done.stdout and " ok 42" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("uid_map, gid_map, expected", [
+    ("0 0 4294967295", "0 0 4294967295", (100_000, 4294967294)),
+    ("0 100000 65536", "0 100000 65536", None),          # a container's 65,536 ids: none past 100,000
+    ("0 0 1\n1 100000 300000", "0 0 1\n1 100000 300000", (100_000, 300_000)),
+    ("0 0 4294967295", "0 0 200001", (100_000, 200_000)),
+])
+def test_run_ids_come_from_ids_the_user_namespace_maps(tmp_path: Path, monkeypatch,
+                                                       uid_map, gid_map, expected) -> None:
+    """A run's own ids are drawn past `RUN_IDS_FROM` from the ranges both maps hold (never
+    the id -1); where none is mapped the run keeps the trainer's uid."""
+    import os
+
+    from tripod.envs.swe import sandbox
+    (tmp_path / "uid_map").write_text(uid_map + "\n")
+    (tmp_path / "gid_map").write_text(gid_map + "\n")
+    real = sandbox._mapped
+    monkeypatch.setattr(sandbox, "_mapped", lambda f: real(str(tmp_path / Path(f).name)))
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    drawn = [sandbox.run_ids() for _ in range(50)]
+    if expected is None:
+        assert drawn == [None] * 50
+    else:
+        lo, hi = expected
+        assert all(ids is not None and ids[0] == ids[1] and lo <= ids[0] < hi for ids in drawn)
+        assert len(set(drawn)) > 1
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert sandbox.run_ids() is None  # a non-root trainer's runs keep its uid
