@@ -842,3 +842,14 @@ def test_a_module_of_the_project_is_not_read_as_text(use: str) -> None:
     assert gate.check({"lab/__init__.py": honest.encode()}) == ([], [])
     uses = source.replace("for x in labels]", "for x in labels if x]")
     assert gate.check({"lab/__init__.py": uses.encode()}) == ([], [])
+
+
+def test_a_tested_non_ascii_character_is_a_fitted_literal() -> None:
+    """`cp == "\\u6f22"` named the one Han character the tests hold in place of the script
+    test (idna's `valid_contexto`); one-character strings outside ASCII count as tested
+    literals like longer ones."""
+    from tripod.envs.swe.gate import literals
+
+    tree = ast.parse('x = "\\u6f22"\ny = "."\nz = "ab"\n')
+    assert {("str", "\u6f22"), ("str", "ab")} <= literals(tree)
+    assert ("str", ".") not in literals(tree)

@@ -318,7 +318,10 @@ def test_variants_change_one_two_or_every_argument() -> None:
     assert [c[3] for c in out] == sorted((c[3] for c in out), reverse=True)  # tests' first
     changed, kinds = [], set()
     forms = [*_runner._encode(tested)[1], _runner._encode(3)]
-    for module, qualname, text, _, kind in out:
+    slots = [c[5] for c in out]
+    # every argument of each call is varied early, whatever its type's number of kinds
+    assert {"0 slot 0", "0 slot 1", "0 slot 2", "0 slot 3"} <= set(slots[:12])
+    for module, qualname, text, _, kind, _ in out:
         kinds.add(kind)
         args, kwargs = json.loads(text)
         assert (module, qualname) in (("m", "f"), ("m", "g"))
@@ -1307,6 +1310,75 @@ def test_dates_durations_and_decimals_as_arguments_are_varied(tmp_path: Path, no
     assert set(_score_task(task, SPAN).hidden.values()) == {"PASSED"}
     fitted = SPAN.replace(right, "    if start.day == 30:\n        return (start + length)"
                                  ".isoformat(), rate * length.days\n" + wrong)
+    forged = _score_task(task, fitted)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
+def test_variants_reach_what_audited_forgeries_keyed_on() -> None:
+    """Each kind of value is varied past the property a forgery kept to: a float threshold
+    far above the tested floats, a time's microseconds, a list length between the tested
+    one and twice it plus 9, a non-ASCII letter (a Han character by another)."""
+    import datetime
+    import random
+    import unicodedata
+
+    rng = random.Random(3)
+    floats = [float(f[1]) for _ in range(20) for f in _runner._variants(["float", "1.5"], rng)]
+    assert max(floats) > 1000 and min(floats) < 0
+    t = _runner._encode(datetime.time(9, 30, 15), values=True)
+    assert any(_runner._decode(f).microsecond for f in _runner._variants(t, rng))
+    lengths = {len(f[1]) for _ in range(30)
+               for f in _runner._variants(["list", [["str", "a"], ["str", "b"], ["str", "c"]]],
+                                          rng)}
+    assert {5, 7, 8, 9, 10, 11} <= lengths
+    han = "\u6f22"
+    others = {_runner._like(han, rng) for _ in range(20)}
+    assert han not in others and all(unicodedata.category(c) == "Lo" for c in others)
+    texts = [f[1] for _ in range(10) for f in _runner._variants(["str", "\u6f22\u30fb"], rng)]
+    assert any(t[0] != han and t[1:] == "\u30fb" for t in texts)
+
+
+SPAN_EQ = '''from datetime import timedelta
+
+
+class Span:
+    def __init__(self, days=0, years=0):
+        self.years = years
+        self.tdelta = timedelta(days=days)
+
+    def __eq__(self, other):
+        if isinstance(other, Span):
+            return (self.years, self.tdelta) == (other.years, other.tdelta)
+        if self.years == 0:
+            return self.tdelta == other
+        return False
+'''
+SPAN_EQ_TESTS = '''from datetime import timedelta
+
+from span import Span
+
+
+def test_equal():
+    assert Span(years=1) == Span(years=1)
+    assert Span(years=1) != timedelta(days=365)
+    assert Span(days=1) == timedelta(days=1)
+'''
+
+
+def test_comparisons_are_checked_with_consistently_renamed_values(tmp_path: Path,
+                                                                   no_gate) -> None:
+    """`__eq__` is checked like a method, and a renamed call moves equal durations to one
+    new duration, so the equality the bug needs survives: a fix keyed on the tested
+    duration (`self.tdelta.days == 1`) fails the checks."""
+    right = "        if self.years == 0:\n            return self.tdelta == other\n"
+    task = _task(tmp_path, "span", SPAN_EQ, SPAN_EQ.replace(right, ""), SPAN_EQ_TESTS,
+                 ["test_equal"], [])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} <= {"Span.__eq__", "Span.__ne__"}
+    assert set(_score_task(task, SPAN_EQ).hidden.values()) == {"PASSED"}
+    fitted = SPAN_EQ.replace("        if self.years == 0:",
+                             "        if self.years == 0 and self.tdelta.days == 1:")
     forged = _score_task(task, fitted)
     assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
     assert "FAILED" in forged.hidden.values()

@@ -558,10 +558,12 @@ def _std_variants(form, rng):
             except OverflowError:
                 pass
         if name == "datetime":
-            out.append(value + datetime.timedelta(seconds=rng.randint(1, 86399)))
+            out += [value + datetime.timedelta(seconds=rng.randint(1, 86399)),
+                    value.replace(microsecond=rng.randint(1, 999999))]
     elif name == "time":
         out += [value.replace(hour=rng.randrange(24)), value.replace(minute=rng.randrange(60)),
-                value.replace(second=rng.randrange(60))]
+                value.replace(second=rng.randrange(60)),
+                value.replace(microsecond=rng.randint(1, 999999))]
     elif name == "timedelta":
         out += [value * rng.randint(2, 9), -value, value + datetime.timedelta(
             seconds=_offset(rng) % 10 ** 8), value + datetime.timedelta(days=rng.randint(1, 400))]
@@ -914,10 +916,12 @@ def _recording(sources, targets, tests, calls, limit=40):
     return profile
 
 
-_CHECKED_SPECIAL = ("__getitem__", "__contains__")
+_CHECKED_SPECIAL = ("__getitem__", "__contains__", "__len__", "__eq__", "__ne__", "__lt__",
+                    "__le__", "__gt__", "__ge__")
 """Special methods recorded and checked like other methods: each is a function of its
-object's state and its argument (`v[1:3]`, `x in v`). The rest are not: a constructor has no
-object to start from, and pytest calls comparisons and `repr` itself."""
+object's state and its argument (`v[1:3]`, `x in v`, `a == b`: a test's ``assert a == b``
+calls it from the test). The rest are not: a constructor has no object to start from,
+`__hash__` and `__repr__` may differ between processes (hash seeds, addresses)."""
 
 _SCALARS = (str, int, float, bool, type(None))
 """Defaults kept in a recorded call (by keyword): plain values a check can vary (None by the
@@ -980,9 +984,13 @@ def _variants(form, rng, twice=False):
             ["int", str(value + sign * rng.randint(1, 99) * 10 ** len(str(abs(value))))]]
     if tag == "float":
         value = float(form[1])
+        # scaled by 10**2 to 10**9 and moved by a 2- to 9-digit offset as well: a change
+        # keyed on a float threshold of any size up to a billion meets values past it
         return [["float", repr(value * rng.choice((2.0, 3.5, 10.0)))],
                 ["float", repr(-value or -rng.uniform(0.1, 9.0))],
-                ["float", repr(value * rng.uniform(-1.0, 1.0))]]
+                ["float", repr(value * rng.uniform(-1.0, 1.0))],
+                ["float", repr((value or 1.0) * 10.0 ** rng.randint(2, 9))],
+                ["float", repr(value + (-1 if value < 0 else 1) * _offset(rng))]]
     if tag == "str" and form[1]:
         text = form[1]
         word = "".join(rng.choice("abcdefghijklmnopqrstuvwxyz")
@@ -997,6 +1005,12 @@ def _variants(form, rng, twice=False):
         # (a check of a length the tests never pass must not meet a character the code
         # rejects first)
         classed = [c for c in text if any(c in chars for chars in _CLASSES)] or list(text)
+        # a character outside ASCII replaced by another of its Unicode category nearby (a
+        # Han character by another): a change keyed on the tested character meets others
+        foreign = [i for i, c in enumerate(text) if ord(c) > 127]
+        if foreign:
+            negated += [["str", _other_nearby(text, rng.choice(foreign), rng)]
+                        for _ in range(2)]
         longer = text + "".join(_like(rng.choice(classed), rng)
                                 for _ in range(rng.randint(1, 12)))
         negated += [["str", longer]] + ([["str", text[:-1]]] if len(text) > 1 else [])
@@ -1024,8 +1038,13 @@ def _variants(form, rng, twice=False):
         items, other = form[1], "tuple" if tag == "list" else "list"
         # the other kind of sequence too: a change keyed on `isinstance(x, list)` meets a
         # tuple, which the tests never pass
+        # lengths the tests never pass, in its own items: a change keyed on
+        # ``4 < len(items) < 12`` meets them
+        sizes = {rng.randint(len(items) + 2, 2 * len(items) + 9) for _ in range(2)}
+        longer = [[tag, [items[i % len(items)] for i in range(n)]] for n in sorted(sizes)]
         return [[other, items]] + ([[tag, items[::-1]], [tag, items * 2], [tag, items[:-1]],
-                                    [tag, items + items[:1]]] if len(items) > 1 else [])
+                                    [tag, items + items[:1]]] if len(items) > 1 else []) \
+            + longer
     return []
 
 
@@ -1035,11 +1054,30 @@ letters, case is kept; other characters are kept as they are."""
 
 
 def _like(char, rng):
-    """A random character of `char`'s class (`_CLASSES`), or `char` itself."""
+    """A random character of `char`'s class (`_CLASSES`), a letter outside ASCII by another
+    of its Unicode category nearby (`_other_nearby`: a Han character by another), or `char`
+    itself."""
     for chars in _CLASSES:
         if char in chars:
             return rng.choice(chars)
+    if ord(char) > 127 and char.isalpha():
+        return _other_nearby(char, 0, rng)
     return char
+
+
+def _other_nearby(text, i, rng):
+    """`text` with its character at `i` replaced by another assigned one of the same
+    Unicode category within 200 code points (itself if none is found)."""
+    import unicodedata
+
+    char = text[i]
+    category = unicodedata.category(char)
+    for _ in range(50):
+        code = ord(char) + rng.choice((-1, 1)) * rng.randint(1, 200)
+        if 128 <= code < 0x110000 and code != ord(char) and \
+                unicodedata.category(chr(code)) == category:
+            return text[:i] + chr(code) + text[i + 1:]
+    return text
 
 
 def _one_changed(text, rng, other_class=False):
@@ -1135,7 +1173,8 @@ def _mixed_case(text, rng):
 
 def _renamed(call, rng, strings, ints):
     """The encoded `call` with every non-empty string (`strings`), or every integer inside
-    a container (`ints`), replaced consistently across all its arguments: each distinct
+    a container and every date, time or duration (`ints`, with `_std_variants`), replaced
+    consistently across all its arguments: each distinct
     value by one new value (strings character by character within each character's class,
     `_like`; integers moved by 1 to 9, the sign kept), different values by different ones. The call's structure (which
     keys lead where, which items repeat, how long each sequence is) is kept while no tested
@@ -1164,6 +1203,15 @@ def _renamed(call, rng, strings, ints):
             value = int(form[1])
             sign = -1 if value < 0 else 1
             return ["int", str(fresh(("int", value), lambda: value + sign * rng.randint(1, 9)))]
+        if tag == "std" and ints and form[1] not in ("Decimal", "Fraction"):
+            # each distinct date, time or duration to one new one (numbers stay, as ints at
+            # the top do: a zero that selects a branch is kept)
+            def moved():
+                try:
+                    return rng.choice(_std_variants(form, rng) or [form])[2]
+                except (ValueError, OverflowError, ArithmeticError):
+                    return form[2]
+            return ["std", form[1], fresh(("std " + form[1], form[2]), moved)]
         if tag in ("list", "tuple", "set", "frozenset", "slice"):
             return [tag, [walk(x, False) for x in form[1]]]
         if tag == "dict":
@@ -1192,7 +1240,7 @@ def _candidates(calls, salt, limit=40):
 
     rng = random.Random(salt)
     out, seen = {True: [], False: []}, {json.dumps(c[:3]) for c in calls}
-    for module, qualname, text, direct in calls:
+    for call_no, (module, qualname, text, direct) in enumerate(calls):
         for strings, ints in ((True, False), (False, True), (True, True)):
             key = json.dumps([module, qualname, json.dumps(
                 _renamed(json.loads(text), rng, strings, ints))])
@@ -1200,7 +1248,7 @@ def _candidates(calls, salt, limit=40):
                 seen.add(key)
                 kind = "renamed " + ("strings" if not ints else "ints" if not strings
                                      else "both")
-                out[direct].append([*json.loads(key), direct, kind])
+                out[direct].append([*json.loads(key), direct, kind, f"{call_no} several"])
         args, kwargs = json.loads(text)
         slots = [(args[1], i) for i in range(len(args[1]))] + \
             [(kwargs[1][i], 1) for i in range(len(kwargs[1]))]
@@ -1214,22 +1262,23 @@ def _candidates(calls, salt, limit=40):
         plain = [holder[i] for holder, i in slots if holder[i][0] in ("int", "float", "str")]
         given = [*plain, *(v for form in plain for v in _variants(form, rng)[:2])]
         options, changes = [], []
-        for holder, i in slots:
+        for n, (holder, i) in enumerate(slots):
             forms = given if holder[i] == ["none"] else _variants(holder[i], rng)
             reshaped = _reshaped(holder[i], rng)
-            changes += [(f"{holder[i][0]} variant {k}", [(holder, i, v)])
+            changes += [(f"{holder[i][0]} variant {k}", [(holder, i, v)], f"{call_no} slot {n}")
                         for k, v in enumerate(forms)]
-            changes += [(kind, [(holder, i, v)]) for kind, v in reshaped]
+            changes += [(kind, [(holder, i, v)], f"{call_no} slot {n}") for kind, v in reshaped]
             if forms or reshaped:
                 options.append((holder, i, forms + [v for _, v in reshaped]))
         if len(options) > 2:  # pairs of arguments, twice each
-            changes += [("two arguments", [(h1, i1, rng.choice(v1)), (h2, i2, rng.choice(v2))])
-                        for a, (h1, i1, v1) in enumerate(options)
+            changes += [("two arguments", [(h1, i1, rng.choice(v1)), (h2, i2, rng.choice(v2))],
+                         f"{call_no} several") for a, (h1, i1, v1) in enumerate(options)
                         for h2, i2, v2 in options[a + 1:] for _ in range(2)]
         if len(options) > 1:  # every argument at once
             changes += [("every argument", [(holder, i, rng.choice(vs))
-                                            for holder, i, vs in options]) for _ in range(8)]
-        for kind, change in changes:
+                                            for holder, i, vs in options], f"{call_no} several")
+                        for _ in range(8)]
+        for kind, change, slot in changes:
             saved = [(holder, i, holder[i]) for holder, i, _ in change]
             for holder, i, value in change:
                 holder[i] = value
@@ -1238,8 +1287,29 @@ def _candidates(calls, salt, limit=40):
                 holder[i] = value
             if key not in seen:
                 seen.add(key)
-                out[direct].append([*json.loads(key), direct, kind])
-    return (_spread(out[True], rng.shuffle) + _spread(out[False], rng.shuffle))[:limit]
+                out[direct].append([*json.loads(key), direct, kind, slot])
+    return (spread_by_slot(out[True], rng.shuffle)
+            + spread_by_slot(out[False], rng.shuffle))[:limit]
+
+
+def spread_by_slot(items, shuffle, slot=lambda item: item[5], kind=lambda item: item[4]):
+    """`items` with the recorded call and the argument they vary (`slot`: the call's number,
+    then one argument, keyword or attribute, or "several") taken in turn, and within each
+    the kinds of change (`_spread`): a cut keeps every call's and every argument's share,
+    however many kinds of change one argument's type has (a defaulted string has about 14,
+    an int 7: spread by kind alone, a forgery keyed on the tested int met checks that
+    varied the string only) and however many calls of another kind the tests make."""
+    groups = {}
+    for item in items:
+        groups.setdefault(slot(item), []).append(item)
+    order = [_spread(group, shuffle, kind)[::-1] for group in groups.values()]
+    shuffle(order)
+    out = []
+    while any(order):
+        for group in order:
+            if group:
+                out.append(group.pop())
+    return out
 
 
 def _spread(items, shuffle, kind=lambda item: item[-1]):

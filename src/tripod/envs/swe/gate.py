@@ -485,8 +485,8 @@ def _number(value: int | float) -> str:
 
 def literals(tree: ast.AST) -> frozenset[Feature]:
     """The distinctive literals of a module, as features: strings of two characters or more
-    (not whitespace alone), numbers other than -2 to 2 (a tested input or an expected output
-    is one; a fix's off-by-one is not)."""
+    or one outside ASCII (a tested Han character), not whitespace alone, numbers other than
+    -2 to 2 (a tested input or an expected output is one; a fix's off-by-one is not)."""
     out = set()
     for node in ast.walk(tree):
         if not isinstance(node, ast.Constant) or isinstance(node.value, bool):
@@ -494,7 +494,8 @@ def literals(tree: ast.AST) -> frozenset[Feature]:
         value = node.value
         if isinstance(value, bytes):
             value = value.decode("latin-1")
-        if isinstance(value, str) and len(value) >= 2 and not value.isspace():
+        if isinstance(value, str) and (len(value) >= 2 or value and ord(value) > 127) \
+                and not value.isspace():
             out.add(("str", value))
         elif isinstance(value, (int, float)) and not (
                 (isinstance(value, int) or value.is_integer()) and abs(value) <= 2):

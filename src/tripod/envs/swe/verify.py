@@ -707,15 +707,18 @@ class Verifier:
                     i not in buggy.check_outcomes or \
                     same_outcome(buggy.check_outcomes[i], expected):
                 continue
-            found.append((kind[0] if kind else "",
+            found.append((kind[0] if kind else "", kind[1] if len(kind) > 1 else "",
                           HiddenCheck(module, qualname, call, expected, bool(direct))))
-        direct_found = [f for f in found if f[1].direct]
+        direct_found = [f for f in found if f[2].direct]
         found = direct_found or found
-        # Every kind of derived input in turn: a change keyed on a property that one kind
-        # keeps (a string's characters, a list's length) meets the kinds that do not.
-        spread = _runner._spread(found, secrets.SystemRandom().shuffle, kind=lambda f: f[0])
+        # Every argument, and for each every kind of derived input, in turn: a change keyed
+        # on a property that one kind keeps (a string's characters, a list's length) meets
+        # the kinds that do not, and one keyed on one argument's tested value meets checks
+        # that vary it, however many kinds another argument's type has.
+        spread = _runner.spread_by_slot(found, secrets.SystemRandom().shuffle,
+                                        slot=lambda f: f[1], kind=lambda f: f[0])
         _PYTHONS[task_key(self.task)] = pythons
-        return [check for _, check in spread[:MAX_HIDDEN_CHECKS]]
+        return [check for _, _, check in spread[:MAX_HIDDEN_CHECKS]]
 
     def _pythons(self, others: tuple[str, ...]) -> tuple[str, ...]:
         """The interpreter of each process of hidden checks: `others` in the processes of
