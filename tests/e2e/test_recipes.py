@@ -46,7 +46,8 @@ EXTRA = {
 }
 # the searching expert needs up to ~30 turns; replies are restricted to admissible commands,
 # so the tiny model's episodes are valid play to the turn cap
-EXTRA["alfworld-cpu"] = ["sft.max_turns=40", "eval.games=1", "train.eval_every=2",
+EXTRA["alfworld-cpu"] = ["sft.max_turns=40", "sft.dagger_games=1", "eval.games=1",
+                         "train.eval_every=2",
                          "train.eval_games=1", "sft.heldout_games=1",
                          "rollout.train.max_new_tokens=12",
                          "rollout.eval.max_new_tokens=12",
