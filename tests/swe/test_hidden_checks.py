@@ -1382,3 +1382,23 @@ def test_comparisons_are_checked_with_consistently_renamed_values(tmp_path: Path
     forged = _score_task(task, fitted)
     assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
     assert "FAILED" in forged.hidden.values()
+
+
+def test_deriving_inputs_from_a_long_tuple_encodes_it_a_bounded_number_of_times(
+        monkeypatch) -> None:
+    """A tested call with a tuple of 1,500 ints (idna's `intranges_contain`) made the long
+    sequence variant trim its list one item at a time, encoding it each time (4,555
+    encodings, 8 s for one call, close to the recording run's wall clock with a few such
+    calls); it is now encoded a number of times bounded by the candidates, not the items."""
+    import types
+
+    call = json.dumps([_runner._encode([tuple(range(0, 3000, 2)), 5]), _runner._encode({})])
+    count = [0]
+
+    def dumps(*a, **k):
+        count[0] += 1
+        return json.dumps(*a, **k)
+
+    monkeypatch.setattr(_runner, "json", types.SimpleNamespace(dumps=dumps, loads=json.loads))
+    out = _runner._candidates([["m", "f", call, True]], "salt", 160)
+    assert out and count[0] < 300

@@ -1121,6 +1121,8 @@ def _reshaped(form, rng):
         return out
     if tag in ("list", "tuple") and form[1]:
         items = form[1]
+        if 2 * len(json.dumps(items)) >= _LONG_CHARS:
+            return []  # no sequence over twice its length fits: skip the (quadratic) trim
         size = max(rng.randint(12, 20), len(items) * rng.randint(3, 5))
         longer = [items[i % len(items)] for i in range(size)]
         while len(longer) > 2 * len(items) and len(json.dumps(longer)) > _LONG_CHARS:
