@@ -1402,3 +1402,40 @@ def test_deriving_inputs_from_a_long_tuple_encodes_it_a_bounded_number_of_times(
     monkeypatch.setattr(_runner, "json", types.SimpleNamespace(dumps=dumps, loads=json.loads))
     out = _runner._candidates([["m", "f", call, True]], "salt", 160)
     assert out and count[0] < 300
+
+
+BUMP = '''class Ver:
+    def __init__(self, major, minor=0):
+        self.major = major
+        self.minor = minor
+
+    def bump(self):
+        return Ver(self.major + 1)
+
+
+def later(version, days):
+    return version.major * 365 + days
+'''
+BUMP_TESTS = '''from bump import Ver
+
+
+def test_bump():
+    assert Ver(1, 2).bump().minor == 0
+'''
+
+
+def test_a_constructor_default_fixed_in_its_caller_fails_the_checks(tmp_path: Path,
+                                                                   no_gate) -> None:
+    """A constructor the gold patch changes is checked on the calls the package makes of it
+    (a public class), judged by the new object's state, and with each keyword left out (the
+    recording passes defaults by keyword, as the gold code has them): a fix in the caller
+    (`Ver(self.major + 1, 0)`) that leaves `Ver(2)` with minor 1 fails them."""
+    wrong = BUMP.replace("minor=0", "minor=1")
+    task = _task(tmp_path, "bump", BUMP, wrong, BUMP_TESTS, ["test_bump"], [])
+    checks = _checks(task)
+    assert "Ver.__init__" in {c.qualname for c in checks}
+    assert set(_score_task(task, BUMP).hidden.values()) == {"PASSED"}
+    caller_only = wrong.replace("return Ver(self.major + 1)", "return Ver(self.major + 1, 0)")
+    forged = _score_task(task, caller_only)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()

@@ -544,7 +544,7 @@ def _std_variants(form, rng):
     """Changed versions of a standard library value (`_std_value`): a date or time moved
     by random days, hours, minutes or seconds (within the type's range), one with a UTC
     offset given others, a duration and a decimal or fraction scaled, negated and moved by
-    random offsets of 1 to 9 digits."""
+    random offsets of 1 to 9 digits (a decimal or fraction also by 1 to 11)."""
     import datetime
 
     name, text = form[1], form[2]
@@ -570,7 +570,8 @@ def _std_variants(form, rng):
     else:
         kind = type(value)
         out += [value * rng.randint(2, 9), -value, value + _offset(rng),
-                value + kind(rng.randint(1, 9)) / kind(10 ** rng.randint(1, 4))]
+                value + kind(rng.randint(1, 9)) / kind(10 ** rng.randint(1, 4)),
+                value + rng.randint(1, 11), value - rng.randint(1, 11)]
     if name in ("datetime", "time") and value.tzinfo is not None:
         # other UTC offsets: whole hours, quarter hours and any minute, east and west (a
         # change keyed on the tested offsets' range meets the others)
@@ -734,6 +735,13 @@ def _outcome(function, call, seconds, owner=None):
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
         receiver = None
+        if args[1] and args[1][0][0] == "new":  # a constructor: judged by the new object
+            made = _at_random_depth(owner, _decode(["list", args[1][1:]]), _decode(kwargs))
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                return ["value", _encode(_state(made), objects=True)]
+            except (ValueError, RecursionError, TypeError):
+                return ["opaque"]
         if args[1] and args[1][0][0] == "self":
             receiver = object.__new__(owner)
             for name, item in _decode(args[1][0][1]).items():
@@ -866,6 +874,8 @@ def _recording(sources, targets, tests, calls, limit=40):
         if "." not in qualname:
             return json.dumps([encoded(args), _encode(kwargs, values=True)])
         receiver = _receiver(args[0], module, qualname)
+        if qualname.endswith(".__init__"):  # a new object: the check makes its own
+            receiver = ["new"]
         return json.dumps([["list", [receiver, *encoded(args[1:])[1]]],
                            _encode(kwargs, values=True)])
 
@@ -917,10 +927,13 @@ def _recording(sources, targets, tests, calls, limit=40):
 
 
 _CHECKED_SPECIAL = ("__getitem__", "__contains__", "__len__", "__eq__", "__ne__", "__lt__",
-                    "__le__", "__gt__", "__ge__")
+                    "__le__", "__gt__", "__ge__", "__add__", "__radd__", "__sub__",
+                    "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+                    "__floordiv__", "__mod__", "__neg__", "__abs__", "__init__")
 """Special methods recorded and checked like other methods: each is a function of its
 object's state and its argument (`v[1:3]`, `x in v`, `a == b`: a test's ``assert a == b``
-calls it from the test). The rest are not: a constructor has no object to start from,
+calls it from the test; `date - duration` calls `__rsub__`); a constructor is called on
+its arguments and judged by the new object's state (`Version(2)`). The rest are not:
 `__hash__` and `__repr__` may differ between processes (hash seeds, addresses)."""
 
 _SCALARS = (str, int, float, bool, type(None))
@@ -981,7 +994,9 @@ def _variants(form, rng, twice=False):
             ["int", str(rng.randint(-abs(value), abs(value)))],
             # the same last digits under new leading ones (12 -> 3712): a change keyed on
             # the whole tested number meets others that end like it
-            ["int", str(value + sign * rng.randint(1, 99) * 10 ** len(str(abs(value))))]]
+            ["int", str(value + sign * rng.randint(1, 99) * 10 ** len(str(abs(value))))],
+            ["int", str(value + sign * rng.randint(1, 10 ** rng.randint(2, 7))
+                        * 10 ** len(str(abs(value))))]]
     if tag == "float":
         value = float(form[1])
         # scaled by 10**2 to 10**9 and moved by a 2- to 9-digit offset as well: a change
@@ -1280,6 +1295,13 @@ def _candidates(calls, salt, limit=40):
             changes += [("every argument", [(holder, i, rng.choice(vs))
                                             for holder, i, vs in options], f"{call_no} several")
                         for _ in range(8)]
+        for j in range(len(kwargs[1])):  # a keyword left out: the parameter's own default
+            kept = [pair for k, pair in enumerate(kwargs[1]) if k != j]
+            key = json.dumps([module, qualname, json.dumps([args, ["dict", kept]])])
+            if key not in seen:
+                seen.add(key)
+                out[direct].append([*json.loads(key), direct, "keyword left out",
+                                    f"{call_no} slot kw{j}"])
         for kind, change, slot in changes:
             saved = [(holder, i, holder[i]) for holder, i, _ in change]
             for holder, i, value in change:
@@ -1290,8 +1312,13 @@ def _candidates(calls, salt, limit=40):
             if key not in seen:
                 seen.add(key)
                 out[direct].append([*json.loads(key), direct, kind, slot])
-    return (spread_by_slot(out[True], rng.shuffle)
-            + spread_by_slot(out[False], rng.shuffle))[:limit]
+    # calls from the tests first, with a quarter kept for the changed functions' calls
+    # from inside the package (a fix in a caller that leaves a public function wrong)
+    direct = spread_by_slot(out[True], rng.shuffle)
+    inside = spread_by_slot(out[False], rng.shuffle)
+    share = min(len(inside), limit // 4)
+    kept = direct[:limit - share]
+    return kept + inside[:limit - len(kept)]
 
 
 def spread_by_slot(items, shuffle, slot=lambda item: item[5], kind=lambda item: item[4]):
