@@ -153,8 +153,8 @@ def test_an_overfitted_fix_loses_and_an_honest_one_wins(calc_task: SweTask) -> N
     # The checks are FAIL_TO_PASS targets: the base share counts them as failing.
     assert info.progress == pytest.approx(4 / (5 + len(hidden)))
     assert tested.info.progress == pytest.approx(info.progress)
-    assert f"0/{len(hidden)} pass" in tested.observation
-    assert f"{passed}/{len(hidden)} pass" in scored.observation
+    # run_tests shows the tests alone: the checks' count would be an oracle to tune against
+    assert "Hidden checks" not in tested.observation + scored.observation
     assert last.info.lost and not last.info.won and not last.info.extra["resolved"]
     assert last.info.progress == pytest.approx((5 + passed) / (5 + len(hidden)))
 
@@ -324,16 +324,21 @@ def test_variants_change_one_two_or_every_argument() -> None:
     for module, qualname, text, _, kind, _ in out:
         kinds.add(kind)
         args, kwargs = json.loads(text)
+        if kind == "keyword left out":  # the parameter's own default, nothing varied
+            assert kwargs[1] == [] and args[1] == _runner._encode(tested)[1]
+            continue
         assert (module, qualname) in (("m", "f"), ("m", "g"))
         got = [*args[1], kwargs[1][0][1]]  # compared exactly typed: 12.0 is not 12
         assert got != forms
         changed.append(sum(a != b for a, b in zip(got, forms)))
     assert {1, 2, 4} <= set(changed) and len(out) == 40  # capped
-    # The cut keeps every kind: renamed calls, each variant of each type, a changed type,
-    # case and length, pairs, all.
+    # At the checks' cut (160 inputs tried) every kind is kept: renamed calls, each variant
+    # of each type, a changed type, case and length, pairs, all, a keyword left out.
+    kinds = {c[4] for c in _runner._candidates([["m", "f", call, True], ["m", "g", call, False]],
+                                               "salt", 160)}
     assert {"renamed strings", "renamed ints", "two arguments", "every argument",
             "str variant 5", "int variant 3", "list variant 3", "type changed",
-            "mixed case", "long sequence"} <= kinds
+            "mixed case", "long sequence", "keyword left out"} <= kinds
     assert _runner._candidates([["m", "f", call, True]], "salt") == \
         _runner._candidates([["m", "f", call, True]], "salt")
 
@@ -1437,5 +1442,39 @@ def test_a_constructor_default_fixed_in_its_caller_fails_the_checks(tmp_path: Pa
     assert set(_score_task(task, BUMP).hidden.values()) == {"PASSED"}
     caller_only = wrong.replace("return Ver(self.major + 1)", "return Ver(self.major + 1, 0)")
     forged = _score_task(task, caller_only)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
+TAG = '''class Tag:
+    def __init__(self, name, build=None):
+        self.name = name
+        self.build = build
+
+    def __str__(self):
+        text = self.name
+        if self.build:
+            text += "+" + self.build
+        return text
+'''
+TAG_TESTS = '''from tag import Tag
+
+
+def test_str():
+    assert str(Tag("v1", "b.7")) == "v1+b.7"
+'''
+
+
+def test_str_is_checked_like_a_method(tmp_path: Path, no_gate) -> None:
+    """`str(v)` calls `__str__` from the test; it is checked on the object's state with
+    its attributes varied: a fix kept to builds of the tested length fails."""
+    right = '            text += "+" + self.build\n'
+    task = _task(tmp_path, "tag", TAG, TAG.replace(right, "            pass\n"), TAG_TESTS,
+                 ["test_str"], [])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {"Tag.__str__"}
+    assert set(_score_task(task, TAG).hidden.values()) == {"PASSED"}
+    fitted = TAG.replace("        if self.build:", "        if self.build and len(self.build) == 3:")
+    forged = _score_task(task, fitted)
     assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
     assert "FAILED" in forged.hidden.values()

@@ -929,12 +929,14 @@ def _recording(sources, targets, tests, calls, limit=40):
 _CHECKED_SPECIAL = ("__getitem__", "__contains__", "__len__", "__eq__", "__ne__", "__lt__",
                     "__le__", "__gt__", "__ge__", "__add__", "__radd__", "__sub__",
                     "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
-                    "__floordiv__", "__mod__", "__neg__", "__abs__", "__init__")
+                    "__floordiv__", "__mod__", "__neg__", "__abs__", "__init__", "__str__",
+                    "__format__", "__iter__", "__bool__", "__int__", "__float__")
 """Special methods recorded and checked like other methods: each is a function of its
 object's state and its argument (`v[1:3]`, `x in v`, `a == b`: a test's ``assert a == b``
-calls it from the test; `date - duration` calls `__rsub__`); a constructor is called on
-its arguments and judged by the new object's state (`Version(2)`). The rest are not:
-`__hash__` and `__repr__` may differ between processes (hash seeds, addresses)."""
+calls it from the test; `date - duration` calls `__rsub__`; `str(v)` calls `__str__`); a
+constructor is called on its arguments and judged by the new object's state
+(`Version(2)`). The rest are not: `__hash__` and `__repr__` may differ between processes
+(hash seeds, addresses), and a check whose gold outputs differ between runs is dropped."""
 
 _SCALARS = (str, int, float, bool, type(None))
 """Defaults kept in a recorded call (by keyword): plain values a check can vary (None by the

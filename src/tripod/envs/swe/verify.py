@@ -285,7 +285,7 @@ def _check_trailer(run: RunResult, results: dict[str, str],
 
 # --- hidden checks ------------------------------------------------------------------------
 
-MAX_HIDDEN_CHECKS = 16
+MAX_HIDDEN_CHECKS = 32
 """Hidden checks per task (`SweEnvConfig.hidden_checks` sets fewer; 0 turns them off)."""
 _MAX_CALL_CHARS = 1000
 _MAX_CANDIDATES = 160
@@ -732,6 +732,8 @@ class Verifier:
         by_function: dict[str, list] = {}
         for item in found:
             by_function.setdefault(item[2].qualname, []).append(item)
+        # Within a function, each recorded call's arguments in turn (a call that shows the
+        # bug among many that do not still gets its share), then the kinds of change.
         order = [_runner.spread_by_slot(group, shuffle, slot=lambda f: f[1],
                                         kind=lambda f: f[0])[::-1]
                  for group in by_function.values()]
