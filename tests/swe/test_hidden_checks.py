@@ -1465,16 +1465,62 @@ def test_str():
 '''
 
 
-def test_str_is_checked_like_a_method(tmp_path: Path, no_gate) -> None:
-    """`str(v)` calls `__str__` from the test; it is checked on the object's state with
-    its attributes varied: a fix kept to builds of the tested length fails."""
+@pytest.mark.parametrize("method", ["__str__", "__repr__"])
+def test_str_and_repr_are_checked_like_methods(tmp_path: Path, no_gate, method: str) -> None:
+    """`str(v)` and `repr(v)` call `__str__` and `__repr__` from the test; each is checked
+    on the object's state with its attributes varied: a fix kept to builds of the tested
+    length fails."""
+    gold = TAG.replace("__str__", method)
+    tests = TAG_TESTS.replace("str(Tag", method.strip("_") + "(Tag")
     right = '            text += "+" + self.build\n'
-    task = _task(tmp_path, "tag", TAG, TAG.replace(right, "            pass\n"), TAG_TESTS,
+    task = _task(tmp_path, "tag", gold, gold.replace(right, "            pass\n"), tests,
                  ["test_str"], [])
     checks = _checks(task)
-    assert checks and {c.qualname for c in checks} == {"Tag.__str__"}
-    assert set(_score_task(task, TAG).hidden.values()) == {"PASSED"}
-    fitted = TAG.replace("        if self.build:", "        if self.build and len(self.build) == 3:")
+    assert checks and {c.qualname for c in checks} == {f"Tag.{method}"}
+    assert set(_score_task(task, gold).hidden.values()) == {"PASSED"}
+    fitted = gold.replace("        if self.build:",
+                          "        if self.build and len(self.build) == 3:")
+    forged = _score_task(task, fitted)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
+SEMVER = '''class Version:
+    def __init__(self, core, build=None):
+        self.core = core
+        self.build = build
+
+    def __eq__(self, other):
+        return self.core == other.core
+
+    def __hash__(self):
+        return hash(self.core)
+'''
+SEMVER_TESTS = '''from semver import Version
+
+
+def test_hash_leaves_the_build_out():
+    assert hash(Version("1.2.3", "build.1")) == hash(Version("1.2.3", "build.22"))
+'''
+
+
+def test_hash_is_checked_against_the_hash_the_test_took(tmp_path: Path, no_gate) -> None:
+    """`hash(v)` calls `__hash__` from the test. Its value follows each process's hash seed,
+    so a check compares the varied object's hash with the hash of the object the test
+    hashed: the gold hash leaves the build out for any build, and a change that leaves it
+    out only for builds that start as the tested ones do fails."""
+    buggy = SEMVER.replace("hash(self.core)", "hash((self.core, self.build))")
+    task = _task(tmp_path, "semver", SEMVER, buggy, SEMVER_TESTS,
+                 ["test_hash_leaves_the_build_out"], [])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {"Version.__hash__"}
+    assert set(_score_task(task, SEMVER).hidden.values()) == {"PASSED"}
+    assert "FAILED" in _score_task(task, buggy).hidden.values()
+    fitted = SEMVER.replace(
+        "        return hash(self.core)",
+        "        if str(self.build).startswith(\"build.\"):\n"
+        "            return hash(self.core)\n"
+        "        return hash((self.core, self.build))")
     forged = _score_task(task, fitted)
     assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
     assert "FAILED" in forged.hidden.values()

@@ -743,13 +743,16 @@ def _outcome(function, call, seconds, owner=None):
             except (ValueError, RecursionError, TypeError):
                 return ["opaque"]
         if args[1] and args[1][0][0] == "self":
-            receiver = object.__new__(owner)
-            for name, item in _decode(args[1][0][1]).items():
-                object.__setattr__(receiver, name, item)
-            values = [receiver, *_decode(["list", args[1][1:]])]
+            receiver = _holding(owner, args[1][0][1])
+            values = [receiver, *_decode(["list", args[1][1:]])] \
+                if args[1][-1][0] != "hashref" else [receiver]
         else:
             values = _decode(args)
         value = _at_random_depth(function, values, _decode(kwargs))
+        if args[1] and args[1][-1][0] == "hashref":
+            # A hash's value follows the process's hash seed; whether it equals the hash of
+            # the object the test hashed does not (semver's hash leaves the build out)
+            value = value == _at_random_depth(function, [_holding(owner, args[1][-1][1])], {})
         kind = "value"
         if hasattr(type(value), "__next__") and type(value) not in (str, bytes):
             items, kind = [], "iter"
@@ -772,6 +775,15 @@ def _outcome(function, call, seconds, owner=None):
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
+
+
+def _holding(owner, state):
+    """A fresh instance of `owner` holding the encoded attribute `state`, made without
+    calling its constructor."""
+    obj = object.__new__(owner)
+    for name, item in _decode(state).items():
+        object.__setattr__(obj, name, item)
+    return obj
 
 
 def _state(obj):
@@ -876,6 +888,9 @@ def _recording(sources, targets, tests, calls, limit=40):
         receiver = _receiver(args[0], module, qualname)
         if qualname.endswith(".__init__"):  # a new object: the check makes its own
             receiver = ["new"]
+        if qualname.endswith(".__hash__"):  # judged against the object the test hashed
+            return json.dumps([["list", [receiver, ["hashref", receiver[1]]]],
+                               _encode(kwargs, values=True)])
         return json.dumps([["list", [receiver, *encoded(args[1:])[1]]],
                            _encode(kwargs, values=True)])
 
@@ -930,13 +945,16 @@ _CHECKED_SPECIAL = ("__getitem__", "__contains__", "__len__", "__eq__", "__ne__"
                     "__le__", "__gt__", "__ge__", "__add__", "__radd__", "__sub__",
                     "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
                     "__floordiv__", "__mod__", "__neg__", "__abs__", "__init__", "__str__",
-                    "__format__", "__iter__", "__bool__", "__int__", "__float__")
+                    "__repr__", "__format__", "__iter__", "__bool__", "__int__", "__float__",
+                    "__hash__")
 """Special methods recorded and checked like other methods: each is a function of its
 object's state and its argument (`v[1:3]`, `x in v`, `a == b`: a test's ``assert a == b``
 calls it from the test; `date - duration` calls `__rsub__`; `str(v)` calls `__str__`); a
 constructor is called on its arguments and judged by the new object's state
-(`Version(2)`). The rest are not: `__hash__` and `__repr__` may differ between processes
-(hash seeds, addresses), and a check whose gold outputs differ between runs is dropped."""
+(`Version(2)`). A `__repr__` that shows an address gives each process another output, and
+a check whose gold outputs differ between processes is dropped. `__hash__` is judged by
+whether the varied object's hash equals that of the object the test hashed (its value
+follows the hash seed, which differs between processes; that equality does not)."""
 
 _SCALARS = (str, int, float, bool, type(None))
 """Defaults kept in a recorded call (by keyword): plain values a check can vary (None by the
