@@ -94,6 +94,26 @@ def test_a_dagger_round_starts_from_a_saved_sft_model_with_sft_epochs_0(tmp_path
     assert (tmp_path / "toy" / "sft" / "model.safetensors").is_file()
 
 
+def test_dagger_rounds_each_play_the_games_with_the_last_rounds_model(tmp_path):
+    """`sft.dagger_rounds: 2`: two rounds of the same games, each followed by its SFT; the
+    held-out accuracy is measured between them."""
+    recipe = tmp_path / "toy.yaml"
+    recipe.write_text(
+        "env: {id: toy/letters-4, max_turns: 4, options: {vocabulary: 4}}\nmodel: {name: tiny}\n"
+        f"run: {{name: toy, out_dir: {tmp_path}}}\nalgo: {{estimator: grpo}}\n"
+        "rollout: {group_size: 2, games_per_iter: 2, restrict_actions: true}\n"
+        "sft: {enabled: true, games: 2, dagger_games: 3, dagger_rounds: 2, heldout_games: 2}\n"
+        "train: {iterations: 0, tensorboard: false}\n"
+        "eval: {games: 2, before_training: false}\n")
+    assert main(["train", str(recipe), "rollout.eval.max_new_tokens=4"]) == 0
+    results = json.loads((tmp_path / "toy" / "results.json").read_text())
+    rounds = results["sft_train"]["dagger_rounds"]
+    assert [r["round"] for r in rounds] == [1, 2]
+    assert all(r["episodes"] == 3 and r["tokens"] > 0 for r in rounds)
+    assert results["sft_train"]["dagger"] == rounds[-1]
+    assert {"base", "sft-before-dagger", "dagger-round-1", "sft"} <= set(results["sft_heldout"])
+
+
 def test_sft_epochs_0_without_a_dagger_round_is_a_config_error():
     import pytest
     from pydantic import ValidationError

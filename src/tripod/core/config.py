@@ -271,6 +271,10 @@ class SFTSection(_Section):
     """Probability per turn that the model, not the expert, replies in a DAgger episode."""
     dagger_epochs: int = Field(1, ge=1)
     """Epochs over demonstrations + DAgger episodes after the DAgger games."""
+    dagger_rounds: int = Field(1, ge=1)
+    """DAgger rounds: each plays the same `dagger_games` with the model as the round before
+    left it (its states differ as the model does), then runs `dagger_epochs` over the
+    demonstrations and that round's episodes."""
     restricted_loss: bool = False
     """With `rollout.restrict_actions`: the NLL of each demonstration token under the
     restricted distribution the policy samples from (the softmax over the ids the admissible

@@ -226,7 +226,14 @@ def sft_stage(cfg: TrainConfig, results: dict, pool: EnvPool,
                 _heldout_accuracy("sft-before-dagger", policy, heldout, cfg, results)
             if cfg.eval.before_dagger:
                 evaluate_all("sft-before-dagger", policy, cfg, results, pool)
-        results["sft_train"]["dagger"] = _dagger(policy, cfg, demos, pool)
+        rounds = []
+        for r in range(cfg.sft.dagger_rounds):
+            if r and heldout:
+                with paused(clock):
+                    _heldout_accuracy(f"dagger-round-{r}", policy, heldout, cfg, results)
+            rounds.append({"round": r + 1, **_dagger(policy, cfg, demos, pool)})
+        results["sft_train"]["dagger"] = rounds[-1]
+        results["sft_train"]["dagger_rounds"] = rounds
     if clock is not None:
         clock.boundary(policy, "sft")
     if heldout:
