@@ -343,6 +343,105 @@ def test_variants_change_one_two_or_every_argument() -> None:
         _runner._candidates([["m", "f", call, True]], "salt")
 
 
+def test_strings_get_shorter_by_up_to_three_characters() -> None:
+    """A length check kept to one side of the tested length (``len(v) > 7`` where the gold
+    code has ``len(v) != 7``, tested with 8 characters) meets a string two short."""
+    import random
+    forms = _runner._variants(["str", "#abcdef0"], random.Random(0))
+    assert {"#abcdef", "#abcde", "#abcd"} <= {f[1] for f in forms}
+
+
+def test_a_letter_outside_ascii_is_replaced_by_one_of_its_script_anywhere() -> None:
+    """A fix kept to the Unicode block of the tested characters (``"\\u30a0" <= c <=
+    "\\u30ff"`` for Katakana, the basic CJK block for Han) meets letters of the same script
+    in other blocks: the phonetic extensions, halfwidth forms, CJK extensions."""
+    import random
+    import unicodedata
+    rng = random.Random(0)
+    for char, low, high in (("\u30a2", 0x30A0, 0x30FF), ("\u4e2d", 0x4E00, 0x9FFF)):
+        word = unicodedata.name(char).split(" ")[0]
+        got = {_runner._same_script(char + "x", 0, rng)[0] for _ in range(40)}
+        assert all(word in unicodedata.name(c) for c in got)
+        assert all(unicodedata.category(c) == "Lo" for c in got)
+        assert any(not low <= ord(c) <= high for c in got)
+    # each distinct letter to one letter of its script, wherever it occurs; the rest kept
+    renamed = [_runner._script_renamed("\u30a1\u30fb\u30a1-\u30a2", rng) for _ in range(20)]
+    assert all(r[0] == r[2] and r[1] == "\u30fb" and r[3] == "-" for r in renamed)
+    assert any(not 0x30A0 <= ord(r[0]) <= 0x30FF for r in renamed)
+
+
+def test_two_attributes_of_an_object_trade_values() -> None:
+    """An object's attributes swap values where both are numbers, strings, values of one
+    standard type, or a string and None (a prerelease moved to the build)."""
+    state = {"major": 1, "minor": 0, "pre": "rc.1", "build": None}
+    call = json.dumps([["list", [["self", _runner._encode(state, values=True)]]],
+                       _runner._encode({})])
+    out = _runner._candidates([["m", "V.bump", call, True]], "salt", 400)
+    swapped = [json.loads(c[2])[0][1][0][1][1] for c in out if c[4] == "swapped attributes"]
+    got = [_runner._decode(["dict", pairs]) for pairs in swapped]
+    assert {"major": 0, "minor": 1, "pre": "rc.1", "build": None} in got
+    assert {"major": 1, "minor": 0, "pre": None, "build": "rc.1"} in got
+    assert all(not isinstance(s["pre"], int) and not isinstance(s["major"], str) for s in got)
+
+
+NEXT = '''class Version:
+    def __init__(self, core, pre=None, build=None):
+        self.core = core
+        self.pre = pre
+        self.build = build
+
+    def next_patch(self):
+        if self.pre or self.build:
+            return Version(self.core)
+        return Version(self.core + 1)
+'''
+NEXT_TESTS = '''from nxt import Version
+
+
+def test_next_patch_of_a_prerelease():
+    assert Version(3, "rc.1").next_patch().core == 3
+'''
+
+
+def test_a_fix_kept_to_the_attribute_the_tests_set_fails_the_checks(tmp_path: Path,
+                                                                   no_gate) -> None:
+    """The gold code drops a prerelease or a build; the tests set only a prerelease. A fix
+    that restores the prerelease branch alone meets the prerelease's value moved to the
+    build."""
+    buggy = NEXT.replace("        if self.pre or self.build:\n            return Version(self.core)\n", "")
+    task = _task(tmp_path, "nxt", NEXT, buggy, NEXT_TESTS, ["test_next_patch_of_a_prerelease"],
+                 [])
+    assert set(_score_task(task, NEXT).hidden.values()) == {"PASSED"}
+    partial = NEXT.replace("if self.pre or self.build:", "if self.pre:")
+    forged = _score_task(task, partial)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
+WIDTH = '''def width(text):
+    return len(text)
+'''
+WIDTH_TESTS = '''from width import width
+
+
+def test_width():
+    for n in range(20):
+        assert width(chr(0x4E00 + n) * (5 + n)) == 5 + n
+        assert width(chr(0x4E80 + n) * (2000 + n)) == 2000 + n
+'''
+
+
+def test_inputs_of_long_non_ascii_strings_stay_within_the_runs_output(tmp_path: Path,
+                                                                     no_gate) -> None:
+    """Derived inputs of long Han strings, escaped twice in the report, passed the
+    recording run's output cap and left the task without checks (a recorded call over the
+    trainer's cap on a call's size is never a check); the runner reports only the inputs
+    the trainer keeps."""
+    task = _task(tmp_path, "width", WIDTH, WIDTH.replace("len(text)", "len(text) + 1"),
+                 WIDTH_TESTS, ["test_width"], [])
+    assert _checks(task)
+
+
 def test_offsets_span_every_scale_up_to_a_billion() -> None:
     import random
 

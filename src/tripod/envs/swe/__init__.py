@@ -36,7 +36,7 @@ TIERS = ("easy", "medium", "hard")
 
 def _config(observation: str, progress: str, similarity_weight: float, max_tool_calls: int,
             max_observation_chars: int, end_on_violation: bool, workspace_dir: str,
-            limits: SandboxLimits | dict | None, hidden_checks: int = 32,
+            limits: SandboxLimits | dict | None, hidden_checks: int = 64,
             objective: str = "full") -> SweEnvConfig:
     return SweEnvConfig(observation=observation, objective=objective, progress=progress,
                         similarity_weight=similarity_weight, max_tool_calls=max_tool_calls,
@@ -52,7 +52,7 @@ def make_generated(env_id: str, split: str = "train", *, seed: int = 0,
                    max_tool_calls: int = 40, max_observation_chars: int = 6000,
                    end_on_violation: bool = True, workspace_dir: str = "",
                    limits: SandboxLimits | dict | None = None,
-                   hidden_checks: int = 32, objective: str = "full") -> SweEnv:
+                   hidden_checks: int = 64, objective: str = "full") -> SweEnv:
     """``swe/generated[-TIER]``: the cached default suite (generator seed `seed`),
     optionally one tier of it. The other options are the fields of `SweEnvConfig`."""
     config = _config(observation, progress, similarity_weight, max_tool_calls,
@@ -88,7 +88,7 @@ def make_large(env_id: str, split: str = "train", *, seed: int = 0, held_out: st
                similarity_weight: float = 0.0, max_tool_calls: int = 40,
                max_observation_chars: int = 6000, end_on_violation: bool = True,
                workspace_dir: str = "", limits: SandboxLimits | dict | None = None,
-               hidden_checks: int = 32, objective: str = "full") -> SweEnv:
+               hidden_checks: int = 64, objective: str = "full") -> SweEnv:
     """``swe/large[-TIER]``: the cached large suite (generator seed `seed`), optionally
     one tier of it; the test split holds the tasks of the projects held out (`held_out`
     ``project``) or of the training projects' held-out functions (``function``).
@@ -113,7 +113,7 @@ def make_from_file(env_id: str, split: str = "train", *, observation: str = "tra
                    max_observation_chars: int = 6000, end_on_violation: bool = True,
                    workspace_dir: str = "",
                    limits: SandboxLimits | dict | None = None,
-                   hidden_checks: int = 32, objective: str = "full") -> SweEnv:
+                   hidden_checks: int = 64, objective: str = "full") -> SweEnv:
     """``swe/file:PATH``: every task of a task file. Options: the fields of
     `SweEnvConfig`."""
     config = _config(observation, progress, similarity_weight, max_tool_calls,

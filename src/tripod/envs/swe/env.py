@@ -101,7 +101,7 @@ class SweEnvConfig:
     gold patch (0 for no change; capped at 1 in all). 0 turns it off. Keep it small (e.g.
     0.1): it pays for looking like the fix, which tests cannot check. `info.extra` keeps
     the raw outcome (`resolved`) for group filtering."""
-    hidden_checks: int = 32
+    hidden_checks: int = 64
     """Hidden checks per task (`verify.HiddenCheck`): calls of the package's functions on
     inputs no test shows, which count as extra FAIL_TO_PASS targets, so a change that
     special-cases the tests' inputs is not resolved. 0 turns them off."""

@@ -285,10 +285,10 @@ def _check_trailer(run: RunResult, results: dict[str, str],
 
 # --- hidden checks ------------------------------------------------------------------------
 
-MAX_HIDDEN_CHECKS = 32
+MAX_HIDDEN_CHECKS = 64
 """Hidden checks per task (`SweEnvConfig.hidden_checks` sets fewer; 0 turns them off)."""
 _MAX_CALL_CHARS = 1000
-_MAX_CANDIDATES = 160
+_MAX_CANDIDATES = 400
 """Inputs tried at most: as many as fit `_CANDIDATE_CHARS`. Where few kinds of derived
 input show the bug (only a colour name in another case is still a name), 40 inputs held
 one or two of each kind and often none that showed it."""
@@ -679,6 +679,7 @@ class Verifier:
         if not tests or not gold:
             return []
         record = {"salt": new_salt(), "sources": self.sources, "limit": _MAX_CANDIDATES,
+                  "max_call_chars": _MAX_CALL_CHARS, "budget_chars": _CANDIDATE_CHARS,
                   "targets": [[rel, name] for rel, _, name in targets],
                   "tests": self.test_code}
         run = self._run(gold, limits, tests=tests, record=record)
