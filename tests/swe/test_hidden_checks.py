@@ -418,6 +418,48 @@ def test_a_fix_kept_to_the_attribute_the_tests_set_fails_the_checks(tmp_path: Pa
     assert "FAILED" in forged.hidden.values()
 
 
+def test_a_character_is_replaced_by_one_of_its_properties_in_any_script() -> None:
+    """A Devanagari virama (category Mn, combining class 9) becomes another script's virama:
+    a rule kept to the tested script's code point meets the others."""
+    import random
+    import unicodedata
+    rng = random.Random(0)
+    got = {_runner._same_properties("\u0915\u094d\u200c", 1, rng)[1] for _ in range(30)}
+    assert "\u094d" not in got and len(got) > 5
+    assert all(unicodedata.combining(c) == 9 and unicodedata.category(c) == "Mn" for c in got)
+
+
+CHECKED = '''def shout(value):
+    if not isinstance(value, str):
+        raise TypeError("a str is needed")
+    return value.upper()
+'''
+CHECKED_TESTS = '''import pytest
+
+from checked import shout
+
+
+def test_only_strings():
+    for bad in ([], {}):
+        with pytest.raises(TypeError):
+            shout(bad)
+'''
+
+
+def test_a_validation_kept_to_the_tested_types_fails_the_checks(tmp_path: Path,
+                                                                no_gate) -> None:
+    """The gold code rejects anything but a str; the tests pass an empty list and an empty
+    dict. A fix that rejects lists and dicts only meets arguments of other types (None,
+    bytes, a set...)."""
+    buggy = CHECKED.replace('    if not isinstance(value, str):\n        raise TypeError("a str is needed")\n', "")
+    task = _task(tmp_path, "checked", CHECKED, buggy, CHECKED_TESTS, ["test_only_strings"], [])
+    assert set(_score_task(task, CHECKED).hidden.values()) == {"PASSED"}
+    kept = CHECKED.replace("if not isinstance(value, str):", "if isinstance(value, (list, dict)):")
+    forged = _score_task(task, kept)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
 WIDTH = '''def width(text):
     return len(text)
 '''

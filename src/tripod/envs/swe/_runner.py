@@ -1051,6 +1051,10 @@ def _variants(form, rng, twice=False):
             # tests' characters sit in meets the rest of the script
             negated += [["str", _same_script(text, rng.choice(foreign), rng)],
                         ["str", _script_renamed(text, rng)]]
+            # and by a character of the same Unicode properties in any script (a Bengali
+            # virama for a Devanagari one): a rule kept to the tested script meets others
+            negated += [["str", _same_properties(text, rng.choice(foreign), rng)]
+                        for _ in range(2)]
         longer = text + "".join(_like(rng.choice(classed), rng)
                                 for _ in range(rng.randint(1, 12)))
         # shorter by one to three characters: a length check kept to one side of the tested
@@ -1151,6 +1155,29 @@ def _same_script(text, i, rng):
     return text
 
 
+_PROPERTIES = {}
+"""Per (category, combining class, bidirectional class), the code points of planes 0 and 1
+outside ASCII that have them."""
+
+
+def _same_properties(text, i, rng):
+    """`text` with its character at `i` replaced by another of the same general category,
+    combining class and bidirectional class, from any script (itself where none is
+    found)."""
+    import unicodedata
+
+    def key(char):
+        return (unicodedata.category(char), unicodedata.combining(char),
+                unicodedata.bidirectional(char))
+
+    if not _PROPERTIES:
+        for code in range(128, 0x20000):
+            if unicodedata.category(chr(code)) not in ("Cn", "Co", "Cs"):
+                _PROPERTIES.setdefault(key(chr(code)), []).append(code)
+    pool = [c for c in _PROPERTIES.get(key(text[i]), ()) if c != ord(text[i])]
+    return text[:i] + chr(rng.choice(pool)) + text[i + 1:] if pool else text
+
+
 def _script_renamed(text, rng):
     """`text` with each distinct letter outside ASCII replaced by one letter of its script
     (`_same_script`), the same one wherever it occurs: a rule on the label's scripts (a
@@ -1198,6 +1225,26 @@ def _reshaped(form, rng):
     as long, 12 to 20 items at least, in its own items ("long sequence": a change keyed on
     ``len(items) < 9`` meets more), a string's letters in mixed case ("mixed case": title
     case and a random mix, where `_variants` has the whole string upper or lower only)."""
+    return _reshaped_kind(form, rng)
+
+
+_FOREIGN = (["none"], ["int", "5"], ["float", "1.5"], ["str", "x"], ["bytes", "78"],
+            ["list", [["int", "1"]]], ["tuple", [["int", "1"], ["int", "2"]]],
+            ["dict", [[["str", "k"], ["int", "1"]]]], ["set", [["int", "1"]]])
+"""Values of the plain types, one each: an argument of another type than the tests pass
+(None, bytes, a set) meets a validation kept to the types the tests pass (``TypeError`` for
+a str, a dict and a list only, where the gold code rejects anything but a `Version`)."""
+
+
+def _foreign(form, rng):
+    """One of `_FOREIGN` whose type is not `form`'s (none for a method's object, a new
+    object or an object of the package)."""
+    if form[0] in ("self", "new", "hashref", "inst"):
+        return []
+    return [rng.choice([f for f in _FOREIGN if f[0] != form[0]])]
+
+
+def _reshaped_kind(form, rng):
     tag = form[0]
     if tag == "bool":
         return [("bool flipped", ["bool", not form[1]])]
@@ -1357,6 +1404,10 @@ def _candidates(calls, salt, limit=40):
             changes += [(f"{holder[i][0]} variant {k}", [(holder, i, v)], f"{call_no} slot {n}")
                         for k, v in enumerate(forms)]
             changes += [(kind, [(holder, i, v)], f"{call_no} slot {n}") for kind, v in reshaped]
+            if holder is args[1] or any(holder is pair for pair in kwargs[1]):
+                # an argument (not an object's attribute) of another type than the tests pass
+                changes += [("other type", [(holder, i, v)], f"{call_no} slot {n}")
+                            for v in _foreign(holder[i], rng)]
             if forms or reshaped:
                 options.append((holder, i, forms + [v for _, v in reshaped]))
         # two attributes of one object with their values swapped (a prerelease moved to
