@@ -51,17 +51,23 @@ def test_model_turns_between_expert_turns_are_recorded_as_sampled(tiny_policy_fa
     assert (logp[at] - sampled[at]).abs().max() < 1e-4
 
 
-def test_a_dagger_round_trains_on_the_experts_turns_of_model_led_episodes(tmp_path):
+def _train_toy(tmp_path, sft: str, evaluation: str) -> dict:
+    """`tripod train` of the toy env with the given `sft` and `eval` sections, for 0 RL
+    iterations; its results.json."""
     recipe = tmp_path / "toy.yaml"
     recipe.write_text(
         "env: {id: toy/letters-4, max_turns: 4, options: {vocabulary: 4}}\nmodel: {name: tiny}\n"
         f"run: {{name: toy, out_dir: {tmp_path}}}\nalgo: {{estimator: grpo}}\n"
         "rollout: {group_size: 2, games_per_iter: 2, restrict_actions: true}\n"
-        "sft: {enabled: true, games: 2, dagger_games: 3, dagger_share: 0.5, heldout_games: 2}\n"
-        "train: {iterations: 0, tensorboard: false}\n"
-        "eval: {games: 2, before_training: false, before_dagger: true}\n")
+        f"{sft}\ntrain: {{iterations: 0, tensorboard: false}}\n{evaluation}\n")
     assert main(["train", str(recipe), "rollout.eval.max_new_tokens=4"]) == 0
-    results = json.loads((tmp_path / "toy" / "results.json").read_text())
+    return json.loads((tmp_path / "toy" / "results.json").read_text())
+
+
+def test_a_dagger_round_trains_on_the_experts_turns_of_model_led_episodes(tmp_path):
+    results = _train_toy(
+        tmp_path, "sft: {enabled: true, games: 2, dagger_games: 3, dagger_share: 0.5, heldout_games: 2}",
+        "eval: {games: 2, before_training: false, before_dagger: true}")
     dagger = results["sft_train"]["dagger"]
     assert dagger["episodes"] == 3 and dagger["expert_turns"] > 0 and dagger["model_turns"] > 0
     held = results["sft_heldout"]
@@ -75,16 +81,9 @@ def test_a_dagger_round_starts_from_a_saved_sft_model_with_sft_epochs_0(tmp_path
     """`sft.epochs: 0` skips the first SFT: the DAgger round starts from `model.name` as it
     is (its accuracy before the round is the loaded model's) and still trains on the
     demonstrations together with the DAgger episodes."""
-    recipe = tmp_path / "toy.yaml"
-    recipe.write_text(
-        "env: {id: toy/letters-4, max_turns: 4, options: {vocabulary: 4}}\nmodel: {name: tiny}\n"
-        f"run: {{name: toy, out_dir: {tmp_path}}}\nalgo: {{estimator: grpo}}\n"
-        "rollout: {group_size: 2, games_per_iter: 2, restrict_actions: true}\n"
-        "sft: {enabled: true, games: 2, epochs: 0, dagger_games: 3, heldout_games: 2}\n"
-        "train: {iterations: 0, tensorboard: false}\n"
-        "eval: {games: 2, before_training: false}\n")
-    assert main(["train", str(recipe), "rollout.eval.max_new_tokens=4"]) == 0
-    results = json.loads((tmp_path / "toy" / "results.json").read_text())
+    results = _train_toy(
+        tmp_path, "sft: {enabled: true, games: 2, epochs: 0, dagger_games: 3, heldout_games: 2}",
+        "eval: {games: 2, before_training: false}")
     assert results["sft_train"]["tokens"] == 0 and results["sft_train"]["demos"] == 2
     dagger = results["sft_train"]["dagger"]
     assert dagger["episodes"] == 3 and dagger["tokens"] > 0
@@ -97,16 +96,9 @@ def test_a_dagger_round_starts_from_a_saved_sft_model_with_sft_epochs_0(tmp_path
 def test_dagger_rounds_each_play_the_games_with_the_last_rounds_model(tmp_path):
     """`sft.dagger_rounds: 2`: two rounds of the same games, each followed by its SFT; the
     held-out accuracy is measured between them."""
-    recipe = tmp_path / "toy.yaml"
-    recipe.write_text(
-        "env: {id: toy/letters-4, max_turns: 4, options: {vocabulary: 4}}\nmodel: {name: tiny}\n"
-        f"run: {{name: toy, out_dir: {tmp_path}}}\nalgo: {{estimator: grpo}}\n"
-        "rollout: {group_size: 2, games_per_iter: 2, restrict_actions: true}\n"
-        "sft: {enabled: true, games: 2, dagger_games: 3, dagger_rounds: 2, heldout_games: 2}\n"
-        "train: {iterations: 0, tensorboard: false}\n"
-        "eval: {games: 2, before_training: false}\n")
-    assert main(["train", str(recipe), "rollout.eval.max_new_tokens=4"]) == 0
-    results = json.loads((tmp_path / "toy" / "results.json").read_text())
+    results = _train_toy(
+        tmp_path, "sft: {enabled: true, games: 2, dagger_games: 3, dagger_rounds: 2, heldout_games: 2}",
+        "eval: {games: 2, before_training: false}")
     rounds = results["sft_train"]["dagger_rounds"]
     assert [r["round"] for r in rounds] == [1, 2]
     assert all(r["episodes"] == 3 and r["tokens"] > 0 for r in rounds)

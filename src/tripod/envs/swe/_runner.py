@@ -1218,16 +1218,6 @@ _LONG_CHARS = 500
 other arguments it stays under the trainer's cap on an encoded call (1000 characters)."""
 
 
-def _reshaped(form, rng):
-    """Variants of one encoded argument that change a property `_variants` keeps, each as
-    ``(kind, form)``: its type where a caller plausibly passes the other one ("type
-    changed": `_retyped`), a bool's other value ("bool flipped"), a sequence 3 to 5 times
-    as long, 12 to 20 items at least, in its own items ("long sequence": a change keyed on
-    ``len(items) < 9`` meets more), a string's letters in mixed case ("mixed case": title
-    case and a random mix, where `_variants` has the whole string upper or lower only)."""
-    return _reshaped_kind(form, rng)
-
-
 _FOREIGN = (["none"], ["int", "5"], ["float", "1.5"], ["str", "x"], ["bytes", "78"],
             ["list", [["int", "1"]]], ["tuple", [["int", "1"], ["int", "2"]]],
             ["dict", [[["str", "k"], ["int", "1"]]]], ["set", [["int", "1"]]])
@@ -1244,7 +1234,13 @@ def _foreign(form, rng):
     return [rng.choice([f for f in _FOREIGN if f[0] != form[0]])]
 
 
-def _reshaped_kind(form, rng):
+def _reshaped(form, rng):
+    """Variants of one encoded argument that change a property `_variants` keeps, each as
+    ``(kind, form)``: its type where a caller plausibly passes the other one ("type
+    changed": `_retyped`), a bool's other value ("bool flipped"), a sequence 3 to 5 times
+    as long, 12 to 20 items at least, in its own items ("long sequence": a change keyed on
+    ``len(items) < 9`` meets more), a string's letters in mixed case ("mixed case": title
+    case and a random mix, where `_variants` has the whole string upper or lower only)."""
     tag = form[0]
     if tag == "bool":
         return [("bool flipped", ["bool", not form[1]])]
@@ -1467,22 +1463,33 @@ def _swappable(x, y):
     return {x[0], y[0]} == {"str", "none"}
 
 
-def _by_function(items, shuffle):
-    """`items` with their functions taken in turn, each function's spread by call and slot
-    (`spread_by_slot`): a cut keeps each function's share, however many calls of another
-    the tests make (isodate's tests build forty durations at import, and the one call of
-    `Duration.__add__` they test had kept a few of 160 inputs)."""
+def grouped(items, key):
+    """`items` in lists by `key`, in the order each key first occurs."""
     groups = {}
     for item in items:
-        groups.setdefault((item[0], item[1]), []).append(item)
-    order = [spread_by_slot(group, shuffle)[::-1] for group in groups.values()]
-    shuffle(order)
+        groups.setdefault(key(item), []).append(item)
+    return list(groups.values())
+
+
+def interleave(order):
+    """One item from the end of each list of `order` in turn, until all are empty."""
     out = []
     while any(order):
         for group in order:
             if group:
                 out.append(group.pop())
     return out
+
+
+def _by_function(items, shuffle):
+    """`items` with their functions taken in turn, each function's spread by call and slot
+    (`spread_by_slot`): a cut keeps each function's share, however many calls of another
+    the tests make (isodate's tests build forty durations at import, and the one call of
+    `Duration.__add__` they test had kept a few of 160 inputs)."""
+    order = [spread_by_slot(group, shuffle)[::-1]
+             for group in grouped(items, lambda item: (item[0], item[1]))]
+    shuffle(order)
+    return interleave(order)
 
 
 def spread_by_slot(items, shuffle, slot=lambda item: item[5], kind=lambda item: item[4]):
@@ -1492,35 +1499,19 @@ def spread_by_slot(items, shuffle, slot=lambda item: item[5], kind=lambda item: 
     however many kinds of change one argument's type has (a defaulted string has about 14,
     an int 7: spread by kind alone, a forgery keyed on the tested int met checks that
     varied the string only) and however many calls of another kind the tests make."""
-    groups = {}
-    for item in items:
-        groups.setdefault(slot(item), []).append(item)
-    order = [_spread(group, shuffle, kind)[::-1] for group in groups.values()]
+    order = [_spread(group, shuffle, kind)[::-1] for group in grouped(items, slot)]
     shuffle(order)
-    out = []
-    while any(order):
-        for group in order:
-            if group:
-                out.append(group.pop())
-    return out
+    return interleave(order)
 
 
 def _spread(items, shuffle, kind=lambda item: item[-1]):
     """`items` with their kinds taken in turn (one of each kind, then a second of each...),
     each kind's items and the kinds' order shuffled by `shuffle`: a cut keeps every kind."""
-    groups = {}
-    for item in items:
-        groups.setdefault(kind(item), []).append(item)
-    order = list(groups.values())
+    order = grouped(items, kind)
     shuffle(order)
     for group in order:
         shuffle(group)
-    out = []
-    while any(order):
-        for group in order:
-            if group:
-                out.append(group.pop())
-    return out
+    return interleave(order)
 
 
 def _quiet():

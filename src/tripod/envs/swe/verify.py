@@ -730,20 +730,13 @@ class Verifier:
         # Each function in turn first: a public function the gold patch changes, called
         # inside the package, gets its share beside a tested function called 100 times.
         shuffle = secrets.SystemRandom().shuffle
-        by_function: dict[str, list] = {}
-        for item in found:
-            by_function.setdefault(item[2].qualname, []).append(item)
         # Within a function, each recorded call's arguments in turn (a call that shows the
         # bug among many that do not still gets its share), then the kinds of change.
         order = [_runner.spread_by_slot(group, shuffle, slot=lambda f: f[1],
                                         kind=lambda f: f[0])[::-1]
-                 for group in by_function.values()]
+                 for group in _runner.grouped(found, lambda f: f[2].qualname)]
         shuffle(order)
-        spread = []
-        while any(order):
-            for group in order:
-                if group:
-                    spread.append(group.pop())
+        spread = _runner.interleave(order)
         _PYTHONS[task_key(self.task)] = pythons
         return [check for _, _, check in spread[:MAX_HIDDEN_CHECKS]]
 
