@@ -29,7 +29,9 @@ up. In order it:
    sentinel exits, and reports the outcome on a status pipe that only PID 1 holds:
    ``exit N`` (``128 + signal`` when the command was killed by a signal),
    ``parent_signalled SIG`` when the command signalled its parent (the sentinel) or PID 1,
-   or ``setup_error``.
+   or ``setup_error``;
+6. watches that status pipe: once the trainer's end is closed (the trainer was killed),
+   it exits, which ends the run.
 
 Because this process is PID 1 of the namespace, the kernel drops signals sent to it from
 inside unless it handles them; it handles SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1/2 only to
@@ -44,8 +46,10 @@ import ctypes
 import json
 import os
 import resource
+import select
 import signal
 import sys
+import threading
 
 MS_RDONLY, MS_NOSUID, MS_NODEV, MS_NOEXEC = 1, 2, 4, 8
 MS_REMOUNT, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 32, 4096, 8192, 16384, 1 << 18
@@ -377,6 +381,20 @@ def run_command(argv: list[str], cwd: str, env: dict[str, str], status_fd: int) 
     os._exit(_exit_code(status))
 
 
+def watch_trainer(status_fd: int) -> None:
+    """End the run (PID 1 exits, and the kernel kills every process of the namespace) once
+    the trainer's end of the status pipe is closed: a trainer killed mid-run can no longer
+    stop the run at its wall limit, and a command that never ends would run on for good."""
+    def watch() -> None:
+        poller = select.poll()
+        poller.register(status_fd, 0)  # a write end reports POLLERR once no reader is left
+        while True:
+            if any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll()):
+                os._exit(137)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def reap_until(sentinel: int) -> str:
     """As PID 1, reap every orphan until the sentinel ends; describe how it ended."""
     while True:
@@ -427,6 +445,7 @@ def main() -> None:
     sentinel = os.fork()
     if sentinel == 0:
         run_command(spec["argv"], spec["cwd"], spec["env"], status_fd)
+    watch_trainer(status_fd)
     outcome = reap_until(sentinel)
     if _SIGNALLED and outcome.startswith("exit"):
         outcome = f"parent_signalled {_SIGNALLED[0]}"

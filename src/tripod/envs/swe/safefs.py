@@ -24,8 +24,12 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+from tripod.envs.swe import owners
+
 MAX_FILE_BYTES = 2_000_000
 """Largest file the trainer reads from a workspace (source files are far smaller)."""
+REMOVING = ".rm-"
+"""The prefix of a folder `remove_tree` has moved up and not yet removed."""
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 _FILE_FLAGS = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
 
@@ -270,7 +274,7 @@ def _empty_folder(top: int, name: str, pending: list[str]) -> None:
         for child, is_folder in names:
             with contextlib.suppress(OSError):
                 if is_folder:
-                    moved = f".rm-{uuid.uuid4().hex}"
+                    moved = f"{REMOVING}{owners.tag()}-{uuid.uuid4().hex}"
                     os.rename(child, moved, src_dir_fd=fd, dst_dir_fd=top)
                     pending.append(moved)
                 else:

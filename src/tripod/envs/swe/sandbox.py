@@ -47,7 +47,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tripod.envs.swe import safefs
+from tripod.envs.swe import owners, safefs
 
 _JAIL = Path(__file__).with_name("_jail.py")
 
@@ -253,8 +253,9 @@ def _make_cgroups(limits: SandboxLimits) -> list[Path]:
     """One fresh group per available controller, with the run's limits written; a
     controller whose limit cannot be written is left out (and reported by the probe)."""
     groups: dict[Path, Path] = {}
-    name_id = uuid.uuid4().hex[:12]
+    name_id = f"{owners.tag()}-{uuid.uuid4().hex[:12]}"
     for name, parent in _cached_cgroup_parents().items():
+        owners.sweep_once(parent, "", _kill_cgroup)  # groups a killed trainer left
         group = parent / name_id
         v2 = (parent / "cgroup.subtree_control").exists()
         try:
@@ -573,7 +574,10 @@ def run_sandboxed(argv: list[str], workspace: Path, *, cwd: Path | None = None,
         workspace = workspace.resolve()
         isolated = namespaces_available()
         cgroups = _make_cgroups(limits)
-        root = Path(tempfile.mkdtemp(prefix="tripod-root-")) if isolated else None
+        root = None
+        if isolated:
+            owners.sweep_once(Path(tempfile.gettempdir()), "tripod-root-", Path.rmdir)
+            root = Path(tempfile.mkdtemp(prefix=f"tripod-root-{owners.tag()}-"))
     except BaseException:
         for fd in pass_fds:  # ours to close, as run_capped would have
             os.close(fd)

@@ -21,7 +21,7 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol
 
 from tripod.envs.base import EnvError
-from tripod.envs.swe import safefs
+from tripod.envs.swe import owners, safefs
 from tripod.envs.swe.patches import apply_patch_to_texts, patched_paths
 from tripod.envs.swe.sandbox import (
     ABNORMAL_STATUSES,
@@ -141,7 +141,10 @@ class LocalWorkspace:
         `scored`, build the pristine tree that scoring copies)."""
         parent = parent or Path(tempfile.gettempdir())
         parent.mkdir(parents=True, exist_ok=True)
-        root = Path(tempfile.mkdtemp(prefix=f"swe-{_slug(task.instance_id)}-", dir=parent))
+        for prefix in ("swe-", safefs.REMOVING):  # what a killed trainer left here
+            owners.sweep_once(parent, prefix, safefs.remove_tree)
+        root = Path(tempfile.mkdtemp(prefix=f"swe-{owners.tag()}-{_slug(task.instance_id)}-",
+                                     dir=parent))
         try:
             _materialise(task, root / "repo")
             apply_patch(cls(root / "repo", task), task.workspace.setup_patch)

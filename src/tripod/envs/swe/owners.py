@@ -1,0 +1,93 @@
+"""Owner tags on scratch folders, so what a dead process left behind can be removed.
+
+A trainer killed mid-episode (out of memory, SIGKILL, a lost node) never runs `close()`:
+its episode folders, its sandbox mount points and its per-run cgroups stay. Each such
+name carries the tag of the process that made it: the host's boot id, the pid and the
+pid's start time (so a reused pid is not mistaken for the owner). The first workspace,
+mount point or cgroup a process makes in a folder sweeps that folder once: entries whose
+owner booted with this kernel and is no longer running are removed. Entries of another
+boot id (another host on a shared folder, or an earlier boot) and untagged entries are
+left alone, since nothing here can tell whether their owner still runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import re
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+_TAG = r"[0-9a-z]{8}\.\d+\.\d+"
+_swept: set[tuple[int, str, str]] = set()
+_lock = threading.Lock()
+
+
+def _boot_id() -> str:
+    with contextlib.suppress(OSError):
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip().replace("-", "")[:8]
+    return "unknown0"
+
+
+def _start_time(pid: int) -> str | None:
+    """The start time of `pid` in clock ticks since boot, or None if it is not running."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
+
+
+def tag(pid: int | None = None) -> str:
+    """The owner tag of `pid` (this process by default): ``BOOT.PID.START``."""
+    if pid is None:
+        return _tag_of(os.getpid())
+    return f"{_boot_id()}.{pid}.{_start_time(pid) or 0}"
+
+
+@functools.cache
+def _tag_of(pid: int) -> str:
+    return tag(pid)
+
+
+def is_dead(owner: str) -> bool:
+    """Whether the process `owner` names is known to have ended: same boot, and its pid
+    is not running or was started at another time."""
+    boot, pid, start = owner.split(".")
+    if boot != _boot_id() or boot == "unknown0":
+        return False
+    return _start_time(int(pid)) != start
+
+
+def owner_of(name: str, prefix: str) -> str | None:
+    """The owner tag in a name made as ``PREFIX + TAG + "-" + ...``, or None."""
+    found = re.match(re.escape(prefix) + f"({_TAG})-", name)
+    return found.group(1) if found else None
+
+
+def sweep(folder: Path, prefix: str, remove: Callable[[Path], None]) -> int:
+    """Remove (with `remove`) the entries of `folder` named ``PREFIX + TAG + "-..."`` whose
+    owner is dead; the number removed. Errors are ignored: a sweep is best effort."""
+    removed = 0
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(folder):
+            owner = owner_of(entry.name, prefix)
+            if owner is not None and is_dead(owner):
+                with contextlib.suppress(OSError):
+                    remove(Path(entry.path))
+                    removed += 1
+    return removed
+
+
+def sweep_once(folder: Path, prefix: str, remove: Callable[[Path], None]) -> int:
+    """`sweep`, the first time this process asks for `folder` and `prefix` (a forked child
+    is a new owner and sweeps again)."""
+    key = (os.getpid(), str(folder), prefix)
+    with _lock:
+        if key in _swept:
+            return 0
+        _swept.add(key)
+    return sweep(folder, prefix, remove)
