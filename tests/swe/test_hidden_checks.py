@@ -587,6 +587,86 @@ def test_a_method_of_an_object_that_is_not_plain_data_has_no_checks(tmp_path: Pa
     assert run.hidden == {} and run.passes("tests/test_box.py::test_area")
 
 
+CMP = '''import functools
+
+
+def _comparator(op):
+    @functools.wraps(op)
+    def wrapper(self, other):
+        if not isinstance(other, (type(self), int)):
+            return NotImplemented
+        return op(self, other)
+
+    return wrapper
+
+
+class Ver:
+    def __init__(self, n):
+        self.n = n
+
+    def _key(self, other):
+        if isinstance(other, Ver):
+            return other.n
+        if isinstance(other, int):
+            return other
+        raise TypeError(f"cannot compare with {type(other).__name__}")
+
+    @_comparator
+    def __eq__(self, other):
+        return self.n == self._key(other)
+
+    @_comparator
+    def __lt__(self, other):
+        return self.n < self._key(other)
+'''
+CMP_TESTS = '''from cmpver import Ver
+
+
+def test_declines_a_list():
+    assert Ver(1).__eq__([1]) is NotImplemented
+
+
+def test_declines_an_object_of_a_base_class():
+    class Sub(Ver):
+        pass
+
+    assert Sub(1).__eq__(Ver(1)) is NotImplemented
+    assert Ver(1).__eq__(Sub(1)) is True
+
+
+def test_compare():
+    assert Ver(1) == Ver(1)
+    assert Ver(1) < 2
+'''
+CMP_FITTED = {
+    "test_declines_a_list": "isinstance(other, list)",
+    "test_declines_an_object_of_a_base_class":
+        "isinstance(other, Ver) and not isinstance(other, type(self))",
+}
+"""A failing test, and a condition for the wrapper's NotImplemented kept to what it passes."""
+
+
+@pytest.mark.parametrize("test", sorted(CMP_FITTED))
+def test_a_method_a_decorator_wraps_is_checked_under_its_name(tmp_path: Path, no_gate,
+                                                              test: str) -> None:
+    """The gold patch changes a local `wrapper` that a decorator puts in place of `__eq__`
+    and `__lt__` (semver's comparator): its calls are recorded and checked as the methods
+    they are bound to, also on objects of a test's bare subclass (rebuilt as objects of a
+    bare subclass), and a fix kept to the tested type (a list, the base class) meets others
+    (None, a set...). `NotImplemented`, what the wrapper returns, is an outcome like any
+    value."""
+    check = "        if not isinstance(other, (type(self), int)):\n            return NotImplemented\n"
+    task = _task(tmp_path, "cmpver", CMP, CMP.replace(check, ""), CMP_TESTS, [test],
+                 ["test_compare"])
+    checks = _checks(task)
+    assert {c.qualname for c in checks} & {"Ver.__eq__", "Ver.__lt__"}
+    assert set(_score_task(task, CMP).hidden.values()) == {"PASSED"}
+    kept = CMP.replace("not isinstance(other, (type(self), int))", CMP_FITTED[test])
+    forged = _score_task(task, kept)
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
 FMT = '''"""Formatting."""
 
 OPTIONS = {"precision": 2}

@@ -600,6 +600,8 @@ def _encode(value, objects=False, values=False):
         kind = type(v)
         if v is None:
             return ["none"]
+        if v is NotImplemented or v is Ellipsis:  # what a comparison returns to decline
+            return ["const", "NotImplemented" if v is NotImplemented else "Ellipsis"]
         if kind is bool:
             return ["bool", v]
         if kind is int:
@@ -657,6 +659,8 @@ def _decode(form):
     tag = form[0]
     if tag == "none":
         return None
+    if tag == "const":
+        return NotImplemented if form[1] == "NotImplemented" else Ellipsis
     if tag in ("bool", "str"):
         return form[1]
     if tag == "int":
@@ -668,7 +672,8 @@ def _decode(form):
     if tag == "std":
         return _std_value(form[1], form[2])
     if tag == "inst":  # an object of the package's: a fresh one holding the state
-        obj = object.__new__(_target(form[1], form[2]))
+        owner = _target(form[1], form[2])
+        obj = object.__new__(_subclass(owner) if form[4:] == ["sub"] else owner)
         for name, item in _decode(form[3]).items():
             object.__setattr__(obj, name, item)
         return obj
@@ -743,7 +748,8 @@ def _outcome(function, call, seconds, owner=None):
             except (ValueError, RecursionError, TypeError):
                 return ["opaque"]
         if args[1] and args[1][0][0] == "self":
-            receiver = _holding(owner, args[1][0][1])
+            receiver = _holding(_subclass(owner) if args[1][0][2:] == ["sub"] else owner,
+                                args[1][0][1])
             values = [receiver, *_decode(["list", args[1][1:]])] \
                 if args[1][-1][0] != "hashref" else [receiver]
         else:
@@ -813,12 +819,41 @@ def _state(obj):
     return state
 
 
+_BARE_CLASS_KEYS = frozenset({"__module__", "__qualname__", "__doc__", "__dict__", "__weakref__",
+                               "__firstlineno__", "__static_attributes__"})
+
+
+def _bare_base(kind):
+    """The one base of `kind` where `kind` only names it (a test's ``class Sub(Version):
+    pass``, which asks how the package treats a subclass), else None."""
+    bases = type.__getattribute__(kind, "__bases__")
+    if type(kind) is not type or len(bases) != 1 or type(bases[0]) is not type or \
+            not set(type.__getattribute__(kind, "__dict__")) <= _BARE_CLASS_KEYS:
+        return None
+    return bases[0]
+
+
+_SUBCLASSES = {}
+
+
+def _subclass(base):
+    """A class of this process that only names `base`, standing for a test's bare subclass
+    (`_bare_base`): the same for every check, as the test's is for its calls."""
+    if base not in _SUBCLASSES:
+        _SUBCLASSES[base] = type(f"{base.__name__}Subclass", (base,), {})
+    return _SUBCLASSES[base]
+
+
 def _instance(obj, sources):
     """``["inst", module, qualname, state]`` for an argument that is an object of a class
     of the package (defined in one of its `sources`), rebuilt in a check as a method's
     object is (`_receiver`): semver's ``is_compatible(self, other)`` takes a `Version`.
-    ValueError for anything else."""
+    An object of a test's bare subclass of such a class (`_bare_base`) is the same with
+    ``"sub"`` appended, rebuilt as an object of a bare subclass. ValueError for anything
+    else."""
     kind = type(obj)
+    sub = _bare_base(kind)
+    kind = sub or kind
     module = type.__getattribute__(kind, "__module__")
     qualname = type.__getattribute__(kind, "__qualname__")
     if type(module) is not str or type(qualname) is not str or "<" in qualname or \
@@ -830,15 +865,18 @@ def _instance(obj, sources):
     except (ImportError, AttributeError):
         raise ValueError("not reachable by its name") from None
     _receiver(obj, module, qualname + ".method")
-    return ["inst", module, qualname, _encode(_state(obj), values=True)]
+    form = ["inst", module, qualname, _encode(_state(obj), values=True)]
+    return form + ["sub"] if sub else form
 
 
 def _receiver(obj, module, qualname):
     """``["self", state]`` for the object a method of class ``qualname``'s owner was called
     on, where a fresh instance can hold that state: an instance of exactly that class of
     `module`, every class of its lineage Python code without its own ``__new__``, its
-    attributes (`_state`) plain data. ValueError otherwise."""
-    kind = type(obj)
+    attributes (`_state`) plain data; an object of a test's bare subclass of that class
+    (`_bare_base`) as ``["self", state, "sub"]``. ValueError otherwise."""
+    sub = _bare_base(type(obj))
+    kind = sub or type(obj)
     if type.__getattribute__(kind, "__qualname__") != qualname.rsplit(".", 1)[0] or \
             type.__getattribute__(kind, "__module__") != module:
         raise ValueError("another class")
@@ -846,7 +884,8 @@ def _receiver(obj, module, qualname):
         if type.__getattribute__(base, "__module__") == "builtins" or \
                 "__new__" in type.__getattribute__(base, "__dict__"):
             raise ValueError("not a plain class")
-    return ["self", _encode(_state(obj), values=True)]
+    form = ["self", _encode(_state(obj), values=True)]
+    return form + ["sub"] if sub else form
 
 
 def _recording(sources, targets, tests, calls, limit=40):
@@ -860,7 +899,7 @@ def _recording(sources, targets, tests, calls, limit=40):
     a parameter no test passes (a change keyed on ``gender == "male"``, the default, meets
     other values); a method's object is its state (`_receiver`), and a method called on an
     object that is not plain data is not kept."""
-    seen, counts, found = set(), {}, {}
+    seen, counts, found, bound = set(), {}, {}, {}
 
     def arguments(frame, code, module, qualname):
         if code not in found:
@@ -911,7 +950,21 @@ def _recording(sources, targets, tests, calls, limit=40):
             return
         code = frame.f_code
         path, qualname = code.co_filename, code.co_qualname
-        if path not in sources or "<" in qualname or qualname.count(".") > 1:
+        if path not in sources:
+            return
+        module = frame.f_globals.get("__name__", "")
+        enclosing = qualname
+        if ".<locals>." in qualname:  # a decorator's wrapper: called by the name it is bound to
+            enclosing = qualname.split(".<locals>.", 1)[0]
+            try:
+                first = type(frame.f_locals[code.co_varnames[0]]) if code.co_argcount else None
+                key = (code, first, *(id(frame.f_locals[n]) for n in code.co_freevars))
+                if key not in bound:
+                    bound[key] = _bound_name(frame, code)
+                module, qualname = bound[key]
+            except (LookupError, ValueError, TypeError, AttributeError):
+                return
+        if "<" in qualname or qualname.count(".") > 1:
             return
         if "." in qualname and (qualname.rsplit(".", 1)[1].startswith("__")
                                 and qualname.rsplit(".", 1)[1] not in _CHECKED_SPECIAL
@@ -919,12 +972,12 @@ def _recording(sources, targets, tests, calls, limit=40):
             return  # other special methods (a constructor included) are not called as checks
         caller = frame.f_back
         direct = caller is not None and caller.f_code.co_filename in tests
-        if not direct and (path, qualname) not in targets:
+        if not direct and (path, qualname) not in targets and (path, enclosing) not in targets:
             return
         if code.co_flags & 0x20 and not set(frame.f_locals) <= set(
-                code.co_varnames[:code.co_argcount + code.co_kwonlyargcount + 2]):
+                code.co_varnames[:code.co_argcount + code.co_kwonlyargcount + 2]
+                + code.co_freevars):
             return  # a generator resumed (its locals hold more than its arguments)
-        module = frame.f_globals.get("__name__", "")
         key = (module, qualname)
         if counts.get(key, 0) >= limit:
             return
@@ -939,6 +992,29 @@ def _recording(sources, targets, tests, calls, limit=40):
             calls.append([module, qualname, text, direct])
 
     return profile
+
+
+def _bound_name(frame, code):
+    """(module, qualname) under which the package binds the local function running in
+    `frame` (the ``wrapper`` a decorator returns): the method of its first argument's class
+    (or a base class) or the module-level function whose code and closure are the frame's;
+    ``<unbound>`` where there is none (a closure kept elsewhere)."""
+    free = [frame.f_locals[name] for name in code.co_freevars]
+
+    def runs_here(fn):
+        cells = getattr(fn, "__closure__", None) or ()
+        return getattr(fn, "__code__", None) is code and len(cells) == len(free) and all(
+            cell.cell_contents is value for cell, value in zip(cells, free))
+
+    if code.co_argcount:
+        for kind in type(frame.f_locals[code.co_varnames[0]]).__mro__[:-1]:
+            for name, value in type.__getattribute__(kind, "__dict__").items():
+                if type(name) is str and runs_here(value):
+                    return kind.__module__, f"{type.__getattribute__(kind, '__qualname__')}.{name}"
+    for name, value in dict.items(frame.f_globals):
+        if type(name) is str and runs_here(value):
+            return frame.f_globals["__name__"], name
+    return None, "<unbound>"
 
 
 _CHECKED_SPECIAL = ("__getitem__", "__contains__", "__len__", "__eq__", "__ne__", "__lt__",
@@ -1227,11 +1303,12 @@ a str, a dict and a list only, where the gold code rejects anything but a `Versi
 
 
 def _foreign(form, rng):
-    """One of `_FOREIGN` whose type is not `form`'s (none for a method's object, a new
-    object or an object of the package)."""
-    if form[0] in ("self", "new", "hashref", "inst"):
+    """Three of `_FOREIGN` whose types are not `form`'s (none for a method's object or a new
+    one; an object of the package gets one: semver's comparison declines what is not a
+    `Version`)."""
+    if form[0] in ("self", "new", "hashref"):
         return []
-    return [rng.choice([f for f in _FOREIGN if f[0] != form[0]])]
+    return rng.sample([f for f in _FOREIGN if f[0] != form[0]], 3)
 
 
 def _reshaped(form, rng):
@@ -1349,10 +1426,10 @@ def _renamed(call, rng, strings, ints):
         if tag == "dict":
             return ["dict", [[walk(k, False), walk(v, False)] for k, v in form[1]]]
         if tag == "self":  # a method's object: its attributes' values, not their names
-            return ["self", ["dict", [[k, walk(v, True)] for k, v in form[1][1]]]]
+            return ["self", ["dict", [[k, walk(v, True)] for k, v in form[1][1]]], *form[2:]]
         if tag == "inst":  # an object argument: the same
             return ["inst", form[1], form[2],
-                    ["dict", [[k, walk(v, True)] for k, v in form[3][1]]]]
+                    ["dict", [[k, walk(v, True)] for k, v in form[3][1]]], *form[4:]]
         return form
 
     args, kwargs = call
@@ -1402,7 +1479,9 @@ def _candidates(calls, salt, limit=40):
             changes += [(kind, [(holder, i, v)], f"{call_no} slot {n}") for kind, v in reshaped]
             if holder is args[1] or any(holder is pair for pair in kwargs[1]):
                 # an argument (not an object's attribute) of another type than the tests pass
-                changes += [("other type", [(holder, i, v)], f"{call_no} slot {n}")
+                # (each type a kind of its own, so a cut keeps more than one: a validation
+                # kept to the tested types lets some other types through and not others)
+                changes += [(f"other type {v[0]}", [(holder, i, v)], f"{call_no} slot {n}")
                             for v in _foreign(holder[i], rng)]
             if forms or reshaped:
                 options.append((holder, i, forms + [v for _, v in reshaped]))
@@ -1633,7 +1712,7 @@ def main():
             if len(item[2]) > record.get("max_call_chars", 1000):
                 continue
             size += len(json.dumps(item[:3])) + 2
-            if size > record.get("budget_chars", 56_000):
+            if size > record.get("budget_chars", 160_000):
                 break
             report(f"HCALL {index} {json.dumps(item)}")
             index += 1

@@ -37,6 +37,7 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
@@ -292,9 +293,9 @@ _MAX_CANDIDATES = 400
 """Inputs tried at most: as many as fit `_CANDIDATE_CHARS`. Where few kinds of derived
 input show the bug (only a colour name in another case is still a name), 40 inputs held
 one or two of each kind and often none that showed it."""
-_CANDIDATE_CHARS = 56_000
-"""The inputs tried, encoded together, fit in this many characters: they are written to a
-pipe before the runner starts, and must fit its 64 KiB buffer."""
+_CANDIDATE_CHARS = 160_000
+"""The inputs tried, encoded together, fit in this many characters (objects' states take
+room: 56,000 held about 100 of semver's `Version` calls, with few inputs of other types)."""
 _FLOAT_TOLERANCE = 1e-9
 
 
@@ -816,13 +817,13 @@ class Verifier:
                python: str = "") -> tuple[RunResult, str]:
         """The trusted runner in the sandbox on `copy`, with `spec` added to its own; the
         run and its nonce. `items` (hidden checks' inputs) go through the nonce pipe, not
-        argv: `_CANDIDATE_CHARS` of them fit its 64 KiB buffer, so writing them
-        before the runner starts never blocks."""
+        argv or a file (the checked code could read those), written by a thread while the
+        runner reads them, so their size is not bounded by the pipe's buffer."""
         nonce = secrets.token_hex(16)
         report_r, report_w = os.pipe()
         nonce_r, nonce_w = os.pipe()
-        os.write(nonce_w, (nonce + ("\n" + json.dumps(items) if items else "")).encode())
-        os.close(nonce_w)
+        threading.Thread(target=_write_and_close, daemon=True, args=(
+            nonce_w, (nonce + ("\n" + json.dumps(items) if items else "")).encode())).start()
         spec = {"paths": [str(copy / p) for p in self.task.workspace.python_path],
                 "report_fd": report_w, "nonce_fd": nonce_r,
                 "watched": [str(copy / rel) for rel in changed], **spec}
@@ -952,6 +953,19 @@ def _gold_texts(task: SweTask, pristine: dict[str, bytes]) -> dict[str, bytes | 
         return {}
     return {r: None if t is None else t.encode("utf-8", errors="surrogateescape")
             for r, t in patched.items() if r in pristine}
+
+
+def _write_and_close(fd: int, data: bytes) -> None:
+    """Write `data` to the pipe `fd`, then close it; a reader that ended early (a runner
+    stopped at its limits) ends the writing."""
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _runner_env(copy: Path, task: SweTask) -> dict[str, str]:
