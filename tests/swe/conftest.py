@@ -56,10 +56,11 @@ BUGGY = CALC.replace("    if x > hi:\n        return hi\n", "    if x > hi:\n   
 F2P = ["tests/test_calc.py::test_clamp_high"]
 P2P = ["tests/test_calc.py::test_clamp_inside", "tests/test_calc.py::test_clamp_low",
        "tests/test_calc.py::test_mean", "tests/test_calc.py::test_total"]
-HIDDEN = 16
+HIDDEN = 18
 """Hidden checks of the calc task (`verify.HiddenCheck`) with the tests' fixed salt: the
 target test's call clamp(15, 0, 10) with its arguments renamed, moved by random offsets or
-given as floats, where the bug shows (x above hi): the 16 such inputs among those tried."""
+given as floats or of other types, where the bug shows (x above hi): the 18 such inputs
+among those tried."""
 BASE = 4 / (5 + HIDDEN)
 """Progress at the base: the four PASS_TO_PASS tests pass; the target and the checks fail."""
 
