@@ -9,7 +9,9 @@ and what the code returns is compared outside the sandbox, exactly typed.
 from __future__ import annotations
 
 import json
+import os
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -1353,16 +1355,28 @@ def test_bool_defaults_are_recorded_by_keyword_as_the_gold_has_them() -> None:
     assert kwargs == ["dict", [[["str", "upper_first"], ["bool", True]]]]
 
 
-def test_inputs_tried_fit_the_pipe_and_the_count() -> None:
-    """As many derived inputs are tried as fit the pipe that hands them to the checks'
-    processes (written before the runner starts, so they must fit its buffer)."""
+def test_inputs_tried_fit_the_budget_and_the_count() -> None:
+    """As many derived inputs are tried as fit `_CANDIDATE_CHARS`, up to `_MAX_CANDIDATES`.
+    They reach the checks' process through a pipe that a thread writes while the process
+    reads, so more than the pipe's 64 KiB buffer gets through."""
     short = [["m", "f", json.dumps([["list", [["int", str(i)]]], ["dict", []]]), True, "k"]
              for i in range(1000)]
     assert len(verify._within_budget(short)) == verify._MAX_CANDIDATES
     long = [["m", "f", "x" * 990, True, "k"]] * 200
     kept = verify._within_budget(long)
-    assert len(json.dumps([c[:3] for c in kept])) <= verify._CANDIDATE_CHARS < 64 * 1024
+    assert len(json.dumps([c[:3] for c in kept])) <= verify._CANDIDATE_CHARS
     assert len(kept) < verify._MAX_CANDIDATES
+    assert verify._CANDIDATE_CHARS > 64 * 1024
+    read_end, write_end = os.pipe()
+    data = os.urandom(4 * verify._CANDIDATE_CHARS)
+    writer = threading.Thread(target=verify._write_and_close, args=(write_end, data))
+    writer.start()
+    got = bytearray()
+    while chunk := os.read(read_end, 1 << 16):
+        got += chunk
+    writer.join()
+    os.close(read_end)
+    assert bytes(got) == data
 
 
 PARTS = '''class Parts:
