@@ -669,6 +669,40 @@ def test_a_method_a_decorator_wraps_is_checked_under_its_name(tmp_path: Path, no
     assert "FAILED" in forged.hidden.values()
 
 
+class _Declining:
+    """Declines comparisons with anything but its own kind, as semver's `Version` does."""
+
+    def __init__(self) -> None:
+        self.n = 1
+
+    def __eq__(self, other):
+        return self.n == other.n if isinstance(other, _Declining) else NotImplemented
+
+    def __lt__(self, other):
+        return self.n < other.n if isinstance(other, _Declining) else NotImplemented
+
+    __hash__ = None
+
+
+def test_a_declined_comparison_is_judged_as_the_operator_answers() -> None:
+    """`__eq__` returning NotImplemented is judged as `a == b` answers (False), so a fix
+    that returns False there is as right as the gold one; an ordering gives TypeError."""
+    state = ["self", ["dict", [[["str", "n"], ["int", "1"]]]]]
+    call = [["list", [state, ["none"]]], ["dict", []]]
+    assert _runner._outcome(_Declining.__eq__, call, 2.0, _Declining) == \
+        _runner._outcome(lambda self, other: False, call, 2.0, _Declining)
+    assert _runner._outcome(_Declining.__lt__, call, 2.0, _Declining)[0] == "raise"
+    assert "TypeError" in json.dumps(_runner._outcome(_Declining.__lt__, call, 2.0, _Declining))
+
+
+def test_an_object_of_a_bare_subclass_is_rebuilt_as_one() -> None:
+    form = ["inst", __name__, "_Declining", ["dict", [[["str", "n"], ["int", "2"]]]], "sub"]
+    made = _runner._decode(form)
+    assert type(made) is not _Declining and type(made).__bases__ == (_Declining,)
+    assert made.n == 2 and type(_runner._decode(form)) is type(made)
+    assert type(_runner._decode(form[:4])) is _Declining
+
+
 FMT = '''"""Formatting."""
 
 OPTIONS = {"precision": 2}

@@ -392,7 +392,11 @@ def watch_trainer(status_fd: int) -> None:
             if any(ev & (select.POLLERR | select.POLLHUP) for _, ev in poller.poll()):
                 os._exit(137)
 
-    threading.Thread(target=watch, daemon=True).start()
+    try:
+        threading.stack_size(1 << 16)  # within the run's address-space and process limits
+        threading.Thread(target=watch, daemon=True).start()
+    except (RuntimeError, OSError, ValueError):
+        pass  # the run keeps its wall limit from a live trainer
 
 
 def reap_until(sentinel: int) -> str:

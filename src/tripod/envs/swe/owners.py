@@ -2,12 +2,15 @@
 
 A trainer killed mid-episode (out of memory, SIGKILL, a lost node) never runs `close()`:
 its episode folders, its sandbox mount points and its per-run cgroups stay. Each such
-name carries the tag of the process that made it: the host's boot id, the pid and the
-pid's start time (so a reused pid is not mistaken for the owner). The first workspace,
-mount point or cgroup a process makes in a folder sweeps that folder once: entries whose
-owner booted with this kernel and is no longer running are removed. Entries of another
-boot id (another host on a shared folder, or an earlier boot) and untagged entries are
-left alone, since nothing here can tell whether their owner still runs.
+name carries the tag of the process that made it: the host's boot id, its PID namespace,
+the pid and the pid's start time (so a reused pid is not mistaken for the owner). The
+first workspace, mount point or cgroup a process makes in a folder sweeps that folder
+once: entries whose owner runs under this kernel, in this PID namespace, and has ended
+are removed. Entries of another boot id (another host on a shared folder, or an earlier
+boot), of another PID namespace (another container on a shared folder), of a process
+/proc does not show, and untagged entries are left alone, since nothing here can tell
+whether their owner still runs. Cgroups are swept by a later trainer in the same cgroup
+(they are made under the trainer's own).
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
-_TAG = r"[0-9a-z]{8}\.\d+\.\d+"
+_TAG = r"[0-9a-z]{8}\.\d+\.\d+\.\d+"
 _swept: set[tuple[int, str, str]] = set()
 _lock = threading.Lock()
 
@@ -31,21 +34,37 @@ def _boot_id() -> str:
     return "unknown0"
 
 
+def _pid_namespace() -> str:
+    with contextlib.suppress(OSError):
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    return "0"
+
+
+_UNKNOWN = "?"
+
+
 def _start_time(pid: int) -> str | None:
-    """The start time of `pid` in clock ticks since boot, or None if it is not running."""
+    """The start time of `pid` in clock ticks since boot; None if it is not running;
+    `_UNKNOWN` where /proc does not say (no /proc, or it hides other users' processes)."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return None
+    except OSError:
+        return _UNKNOWN
     fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
+    if len(fields) <= 19:
+        return _UNKNOWN
+    return None if fields[0] in ("Z", "X") else fields[19]
 
 
 def tag(pid: int | None = None) -> str:
-    """The owner tag of `pid` (this process by default): ``BOOT.PID.START``."""
+    """The owner tag of `pid` (this process by default): ``BOOT.PIDNS.PID.START`` (the
+    boot id, this process's PID namespace, the pid and its start time)."""
     if pid is None:
         return _tag_of(os.getpid())
-    return f"{_boot_id()}.{pid}.{_start_time(pid) or 0}"
+    start = _start_time(pid)
+    return f"{_boot_id()}.{_pid_namespace()}.{pid}.{start if start not in (None, _UNKNOWN) else 0}"
 
 
 @functools.cache
@@ -54,12 +73,14 @@ def _tag_of(pid: int) -> str:
 
 
 def is_dead(owner: str) -> bool:
-    """Whether the process `owner` names is known to have ended: same boot, and its pid
-    is not running or was started at another time."""
-    boot, pid, start = owner.split(".")
-    if boot != _boot_id() or boot == "unknown0":
+    """Whether the process `owner` names is known to have ended: same boot and PID
+    namespace, and its pid is not running or was started at another time."""
+    boot, namespace, pid, start = owner.split(".")
+    if boot != _boot_id() or boot == "unknown0" or namespace != _pid_namespace() or \
+            namespace == "0":
         return False
-    return _start_time(int(pid)) != start
+    now = _start_time(int(pid))
+    return now != _UNKNOWN and now != start
 
 
 def owner_of(name: str, prefix: str) -> str | None:
@@ -71,15 +92,16 @@ def owner_of(name: str, prefix: str) -> str | None:
 def sweep(folder: Path, prefix: str, remove: Callable[[Path], None]) -> int:
     """Remove (with `remove`) the entries of `folder` named ``PREFIX + TAG + "-..."`` whose
     owner is dead; the number removed. Errors are ignored: a sweep is best effort."""
-    removed = 0
-    with contextlib.suppress(OSError):
-        for entry in os.scandir(folder):
+    dead = []
+    with contextlib.suppress(OSError), os.scandir(folder) as entries:
+        for entry in entries:
             owner = owner_of(entry.name, prefix)
             if owner is not None and is_dead(owner):
-                with contextlib.suppress(OSError):
-                    remove(Path(entry.path))
-                    removed += 1
-    return removed
+                dead.append(Path(entry.path))
+    for path in dead:
+        with contextlib.suppress(OSError):
+            remove(path)
+    return len(dead)
 
 
 def sweep_once(folder: Path, prefix: str, remove: Callable[[Path], None]) -> int:

@@ -817,25 +817,32 @@ class Verifier:
                python: str = "") -> tuple[RunResult, str]:
         """The trusted runner in the sandbox on `copy`, with `spec` added to its own; the
         run and its nonce. `items` (hidden checks' inputs) go through the nonce pipe, not
-        argv or a file (the checked code could read those), written by a thread while the
-        runner reads them, so their size is not bounded by the pipe's buffer."""
+        argv or a file (the checked code could read those), written with their size first
+        by a thread while the runner reads them, so the pipe's buffer does not bound them
+        and the runner stops at the size, not at EOF."""
+        env = _runner_env(copy, self.task)
+        if hash_seed:
+            env["PYTHONHASHSEED"] = hash_seed
+        env.update(extra_env or {})
+        runner = _RUNNER.read_text()
         nonce = secrets.token_hex(16)
+        payload = (nonce + ("\n" + json.dumps(items) if items else "")).encode()
         report_r, report_w = os.pipe()
         nonce_r, nonce_w = os.pipe()
-        threading.Thread(target=_write_and_close, daemon=True, args=(
-            nonce_w, (nonce + ("\n" + json.dumps(items) if items else "")).encode())).start()
+        try:
+            threading.Thread(target=_write_and_close, daemon=True,
+                             args=(nonce_w, b"%d\n" % len(payload) + payload)).start()
+        except BaseException:
+            for fd in (report_r, report_w, nonce_r, nonce_w):
+                os.close(fd)
+            raise
         spec = {"paths": [str(copy / p) for p in self.task.workspace.python_path],
                 "report_fd": report_w, "nonce_fd": nonce_r,
                 "watched": [str(copy / rel) for rel in changed], **spec}
         # Not -I: that would also drop PYTHONHASHSEED, and outcomes that depend on set
         # order must be the same as when the task was made. The environment is ours alone.
-        argv = [python or self.python, "-s", "-B", "-c", _RUNNER.read_text(),
-                json.dumps(spec)]
-        try:
-            env = _runner_env(copy, self.task)
-            if hash_seed:
-                env["PYTHONHASHSEED"] = hash_seed
-            env.update(extra_env or {})
+        argv = [python or self.python, "-s", "-B", "-c", runner, json.dumps(spec)]
+        try:  # run_sandboxed closes report_w and nonce_r, which it passes on
             run = run_sandboxed(argv, copy, env=env, limits=limits,
                                 pass_fds=(report_w, nonce_r), drain=report_r,
                                 readonly_suffixes=(".py",))
