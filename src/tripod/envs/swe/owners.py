@@ -91,7 +91,7 @@ def owner_of(name: str, prefix: str) -> str | None:
 
 def sweep(folder: Path, prefix: str, remove: Callable[[Path], None]) -> int:
     """Remove (with `remove`) the entries of `folder` named ``PREFIX + TAG + "-..."`` whose
-    owner is dead; the number removed. Errors are ignored: a sweep is best effort."""
+    owner is dead; the number of such entries. Errors are ignored: a sweep is best effort."""
     dead = []
     with contextlib.suppress(OSError), os.scandir(folder) as entries:
         for entry in entries:
