@@ -185,11 +185,16 @@ def eval_settings(args: argparse.Namespace):
                         **_env_options(getattr(args, "option", []))}
     if getattr(args, "restrict", None) is not None:
         rcfg.restrict_actions = args.restrict
+    if getattr(args, "avoid_repeats", None) is not None:
+        rcfg.avoid_repeats = args.avoid_repeats
+    if rcfg.avoid_repeats and not rcfg.restrict_actions:
+        raise SystemExit("--avoid-repeats needs restricted replies (--restrict)")
     source = f"recipe saved with {args.checkpoint}" if recipe else "tripod defaults (no recipe)"
     print(f"evaluating with {source}: temperature {sampling.temperature}, max_new_tokens "
           f"{sampling.max_new_tokens}, max_turns {turns}, history_window "
           f"{rcfg.prompt.history_window}, env options {rcfg.env_options}, replies restricted "
-          f"to admissible commands: {rcfg.restrict_actions}", file=sys.stderr)
+          f"to admissible commands: {rcfg.restrict_actions}, repeats avoided: "
+          f"{rcfg.avoid_repeats}", file=sys.stderr)
     return sampling, rcfg
 
 
@@ -341,6 +346,10 @@ def _add_eval_command(sub: argparse._SubParsersAction) -> None:
                     help="replies restricted to the env's admissible commands, or not "
                          "(--no-restrict); default: the checkpoint recipe's "
                          "rollout.restrict_actions")
+    ev.add_argument("--avoid-repeats", action=argparse.BooleanOptionalAction, default=None,
+                    help="with restricted replies, leave out the commands an episode has "
+                         "already played from its current state (rollout.avoid_repeats); "
+                         "default: the checkpoint recipe's")
     ev.add_argument("--imitation", action="store_true",
                     help="instead of playing: teacher-forced next-action accuracy on the "
                     "expert's demonstrations of the games (the recipe's sft.env_options)")

@@ -14,8 +14,11 @@ import pytest
 import torch
 
 from tripod.algos.losses import entropy_from_logits
+from tripod.core.config import TrainConfig
+from tripod.core.types import Trajectory, Turn, TurnStatus
+from tripod.envs.base import Step, StepInfo
 from tripod.policy.restrict import MASKED_LOGIT, CommandTrie, mask_logits, restricted_logits
-from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs
+from tripod.policy.rollout import RolloutConfig, RolloutEngine, make_jobs, played_here
 from tripod.policy.sampler import SamplingParams
 from tripod.train.batch import collate, token_logprobs, trajectory_rows
 
@@ -130,3 +133,91 @@ def test_restricted_greedy_takes_an_admissible_command(tiny_policy_factory):
     assert all(turn.action_text in WORDS for t in trajs for turn in t.turns)
     free = _play(policy, 0.0, restrict=False, greedy=True)
     assert all(turn.allowed_ids is None for t in free for turn in t.turns)
+
+
+# -- rollout.avoid_repeats ---------------------------------------------------------------
+
+class _Hall:
+    """A room that reads the same whatever the agent does (a revisited state every turn):
+    three commands, none of which changes the observation or the progress."""
+
+    COMMANDS = ["apple", "banana", "cherry"]
+
+    def reset(self, game_index: int):
+        return "A hall.", self._info()
+
+    def step(self, action: str):
+        return Step("A hall.", 0.0, False, False, self._info())
+
+    def _info(self):
+        return StepInfo(objective="Leave the hall.", admissible_actions=list(self.COMMANDS),
+                        max_score=1.0)
+
+    def close(self) -> None:
+        pass
+
+
+def _turn(action: str, observation: str, progress: float = 0.0,
+          status: TurnStatus = TurnStatus.OK) -> Turn:
+    return Turn([], [], [], action, observation, 0.0, status, progress=progress)
+
+
+def test_played_here_keys_a_state_by_its_observation_and_progress():
+    job = make_jobs("toy/letters-3", "train", [0], 1, 0)[0]
+    traj = Trajectory(job, objective="", first_observation="at A")
+    traj.turns = [_turn("go to b", "at B"), _turn("go to a", "at A"),
+                  _turn("take x", "at A", progress=0.5),     # same text, more progress
+                  _turn("go to c ", "at A", progress=0.5, status=TurnStatus.INVALID),
+                  _turn("go to b", "at B", progress=0.5)]
+    assert played_here(traj, "at A", 0.0) == {"go to b", "take x"}
+    # the invalid turn left the agent where it was (A with progress 0.5): it went to B from there
+    assert played_here(traj, "at A", 0.5) == {"go to c", "go to b"}
+    assert played_here(traj, "at B", 0.0) == {"go to a"}
+    assert played_here(traj, "at C", 0.0) == set()
+
+
+def _play_hall(policy, temperature: float, avoid: bool):
+    cfg = RolloutConfig(max_turns=4, batch_size=4, restrict_actions=True, avoid_repeats=avoid)
+    engine = RolloutEngine(policy, cfg, env_factory=lambda job: _Hall())
+    jobs = make_jobs("toy/letters-3", "train", [0, 1], 2, 0)
+    trajs, _ = engine.collect(jobs, SamplingParams(temperature=temperature, max_new_tokens=8))
+    engine.close()
+    return trajs
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.7])
+def test_avoid_repeats_leaves_out_what_the_state_has_seen_and_logprobs_match(
+        tiny_policy_factory, temperature):
+    policy = tiny_policy_factory()
+    trajs = _play_hall(policy, temperature, avoid=True)
+    tok, eos = policy.tokenizer, policy.eos_token_ids[0]
+    first_ids = {w: tok(w, add_special_tokens=False)["input_ids"][0] for w in _Hall.COMMANDS}
+    for traj in trajs:
+        actions = [t.action_text for t in traj.turns]
+        assert len(actions) == 4 and set(actions) <= set(_Hall.COMMANDS)
+        # each state is the hall: the first three turns take three different commands, and
+        # the fourth, with all three played, may take any again
+        assert len(set(actions[:3])) == 3
+        for k, turn in enumerate(traj.turns[:3]):
+            allowed_first = set(turn.allowed_ids[0])
+            assert allowed_first == {first_ids[w] for w in _Hall.COMMANDS
+                                     if w not in actions[:k]}
+        assert set(traj.turns[3].allowed_ids[0]) == set(first_ids.values())
+        assert all(t.action_ids[-1] == eos for t in traj.turns)
+    if temperature > 0:   # the trainer recomputes the reduced distribution that was sampled
+        recorded = [lp for t in trajs for turn in t.turns for lp in turn.logprobs]
+        trained = _trainer_logprobs(policy, trajs, temperature)
+        assert max(abs(a - b) for a, b in zip(trained, recorded)) < 1e-4
+
+
+def test_without_avoid_repeats_every_command_stays_allowed(tiny_policy_factory):
+    trajs = _play_hall(tiny_policy_factory(), 0.0, avoid=False)
+    sizes = {len(t.allowed_ids[0]) for traj in trajs for t in traj.turns}
+    assert sizes == {3}
+
+
+def test_avoid_repeats_needs_restricted_replies():
+    with pytest.raises(ValueError, match="avoid_repeats needs"):
+        TrainConfig.model_validate({"rollout": {"avoid_repeats": True}})
+    assert TrainConfig.model_validate(
+        {"rollout": {"avoid_repeats": True, "restrict_actions": True}}).rollout.avoid_repeats

@@ -165,6 +165,15 @@ class RolloutSection(_Section):
     trie of the commands, the recorded logprobs are the restricted distribution's and the
     trainer recomputes that same distribution (`policy/restrict.py`). A turn whose env lists
     no commands is sampled freely. Off: free generation (the paper's setting)."""
+    avoid_repeats: bool = False
+    """With `restrict_actions`: leave out of each turn's commands those the episode has
+    already played from the state it is in (the same observation with the same progress),
+    unless none would remain, in training and evaluation. A policy that does not remember
+    where it has been, decoded greedily, turns a revisited state into a cycle it never
+    leaves; this rule makes it take its next-best command there instead. The recorded
+    allowed ids are those of the reduced set, so the trainer recomputes the distribution
+    that was sampled. Reported apart from plain restricted decoding (`tripod eval
+    --avoid-repeats`)."""
     env_ids: list[str] = Field(default_factory=list)
     """More env ids to train on besides `env.id` (a mix, e.g. `[textworld/w4-o6-q8]`): an
     iteration's groups take `env.id` and these in turn (group g plays env g mod n). They
@@ -437,6 +446,14 @@ class TrainConfig(_Section):
             raise ValueError("sft.epochs=0 skips SFT on the demonstrations, which only a DAgger "
                              "round needs (sft.dagger_games > 0); to skip SFT, set "
                              "sft.enabled=false")
+        return self
+
+    @model_validator(mode="after")
+    def _check_avoid_repeats(self) -> TrainConfig:
+        if self.rollout.avoid_repeats and not self.rollout.restrict_actions:
+            raise ValueError("rollout.avoid_repeats needs rollout.restrict_actions=true (it "
+                             "leaves commands out of the admissible set the replies are "
+                             "restricted to)")
         return self
 
     @model_validator(mode="after")

@@ -83,6 +83,7 @@ class RolloutConfig:
     env_overlap_s: float | None = None                    # rollout.env_overlap_s
     truncated_action: Literal["end", "step"] = "end"      # rollout.truncated_action
     restrict_actions: bool = False                        # rollout.restrict_actions
+    avoid_repeats: bool = False                           # rollout.avoid_repeats
     prompt: PromptConfig = field(default_factory=PromptConfig)   # prompt.*
     env_options: dict = field(default_factory=dict)       # env.options
     faults: FaultsSection | None = None                   # env.faults
@@ -154,6 +155,22 @@ class _Episode:
     pending: _PendingStep | None = None
     """Its env step in flight; the episode does not decode until it is taken back."""
     done: bool = False
+
+
+def played_here(traj: Trajectory, observation: str, progress: float) -> set[str]:
+    """The actions `traj` has already played from the state it is in now: each turn's state is
+    the observation it acted on with the env's progress there (a `look` reads the same before
+    and after a goal condition is met); an action the env did not carry out leaves the state
+    as it was."""
+    here = (observation, progress)
+    state = (traj.first_observation, traj.start_progress)
+    played: set[str] = set()
+    for turn in traj.turns:
+        if state == here:
+            played.add(turn.action_text.strip())
+        if turn.status is TurnStatus.OK:
+            state = (turn.observation, turn.progress)
+    return played
 
 
 class RolloutEngine:
@@ -320,8 +337,13 @@ class RolloutEngine:
                            self.policy.pad_token_id, arena, restrict=restrict)
 
     def _trie(self, ep: _Episode, sampling: SamplingParams) -> CommandTrie | None:
-        """The episode's admissible commands as a token trie (None: the env lists none)."""
-        return CommandTrie.of_commands(self.policy.tokenizer, ep.info.admissible_actions or [],
+        """The episode's admissible commands as a token trie (None: the env lists none);
+        with `avoid_repeats`, less those already played from its current state."""
+        commands = ep.info.admissible_actions or []
+        if self.cfg.avoid_repeats:
+            played = played_here(ep.traj, ep.observation, ep.info.progress)
+            commands = [c for c in commands if c.strip() not in played] or commands
+        return CommandTrie.of_commands(self.policy.tokenizer, commands,
                                        self.policy.eos_token_ids[0], sampling.max_new_tokens)
 
     def _scripted(self, active: list[_Episode], sampling: SamplingParams,

@@ -19,6 +19,7 @@ def rollout_config(cfg: TrainConfig, max_turns: int | None = None,
                          env_overlap_s=cfg.rollout.env_overlap_s,
                          truncated_action=cfg.rollout.truncated_action,
                          restrict_actions=cfg.rollout.restrict_actions,
+                         avoid_repeats=cfg.rollout.avoid_repeats,
                          prompt=cfg.prompt.model_copy(), env_options=dict(cfg.env.options),
                          faults=cfg.env.faults,
                          options_by_env={e: env_options(cfg, e) for e in other_env_ids(cfg)})
