@@ -641,29 +641,34 @@ def test_compare():
     assert Ver(1) < 2
 '''
 CMP_FITTED = {
-    "test_declines_a_list": "isinstance(other, list)",
-    "test_declines_an_object_of_a_base_class":
-        "isinstance(other, Ver) and not isinstance(other, type(self))",
+    "list": ("test_declines_a_list", "isinstance(other, list)"),
+    "base-class": ("test_declines_an_object_of_a_base_class",
+                   "isinstance(other, Ver) and not isinstance(other, type(self))"),
+    # the subclass's name: the test's is `Sub`; a check's must not be one a change can know
+    "subclass-name": ("test_declines_an_object_of_a_base_class",
+                      "not isinstance(other, (type(self), int)) and "
+                      "(not isinstance(other, Ver) or 'Sub' in repr(type(self)))"),
 }
 """A failing test, and a condition for the wrapper's NotImplemented kept to what it passes."""
 
 
-@pytest.mark.parametrize("test", sorted(CMP_FITTED))
+@pytest.mark.parametrize("fitted", sorted(CMP_FITTED))
 def test_a_method_a_decorator_wraps_is_checked_under_its_name(tmp_path: Path, no_gate,
-                                                              test: str) -> None:
+                                                              fitted: str) -> None:
     """The gold patch changes a local `wrapper` that a decorator puts in place of `__eq__`
     and `__lt__` (semver's comparator): its calls are recorded and checked as the methods
     they are bound to, also on objects of a test's bare subclass (rebuilt as objects of a
     bare subclass), and a fix kept to the tested type (a list, the base class) meets others
     (None, a set...). `NotImplemented`, what the wrapper returns, is an outcome like any
     value."""
+    test, condition = CMP_FITTED[fitted]
     check = "        if not isinstance(other, (type(self), int)):\n            return NotImplemented\n"
     task = _task(tmp_path, "cmpver", CMP, CMP.replace(check, ""), CMP_TESTS, [test],
                  ["test_compare"])
     checks = _checks(task)
     assert {c.qualname for c in checks} & {"Ver.__eq__", "Ver.__lt__"}
     assert set(_score_task(task, CMP).hidden.values()) == {"PASSED"}
-    kept = CMP.replace("not isinstance(other, (type(self), int))", CMP_FITTED[test])
+    kept = CMP.replace("not isinstance(other, (type(self), int))", condition)
     forged = _score_task(task, kept)
     assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
     assert "FAILED" in forged.hidden.values()
@@ -701,6 +706,37 @@ def test_an_object_of_a_bare_subclass_is_rebuilt_as_one() -> None:
     assert type(made) is not _Declining and type(made).__bases__ == (_Declining,)
     assert made.n == 2 and type(_runner._decode(form)) is type(made)
     assert type(_runner._decode(form[:4])) is _Declining
+    # its name is drawn afresh in each process (here: after forgetting the class), never
+    # one a change could test for (a fixed `_DecliningSubclass` was keyed on by a forgery)
+    names = {type(made).__name__}
+    for _ in range(3):
+        _runner._SUBCLASSES.clear()
+        names.add(type(_runner._decode(form)).__name__)
+    assert len(names) == 4 and not any("Subclass" in n or "_Declining" in n for n in names)
+    assert all(n.isidentifier() for n in names)
+
+
+ABC_BOX = BOX.replace("class Box:", "import collections.abc\n\n\nclass Box(collections.abc.Sized):\n"
+                      "    def __len__(self):\n        return self.side\n")
+
+
+@pytest.mark.parametrize("bug", sorted(BOX_BUGS))
+def test_methods_of_a_class_with_an_abc_metaclass_are_checked(tmp_path: Path, no_gate,
+                                                              bug: str) -> None:
+    """A class derived from an abstract base class of the standard library (cachetools'
+    `Cache` is a `MutableMapping`) has `abc.ABCMeta` for its type: its methods are checked
+    like those of a plain class (they were not checked at all, and a change kept to the
+    tested size passed)."""
+    right, wrong, fitted = BOX_BUGS[bug]
+    task = _task(tmp_path, "box", ABC_BOX, ABC_BOX.replace(right, wrong), BOX_TESTS,
+                 [f"test_{bug}"], [])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {f"Box.{bug}"}
+    gold = _score_task(task, ABC_BOX)
+    assert gold.hidden and set(gold.hidden.values()) == {"PASSED"}
+    forged = _score_task(task, ABC_BOX.replace(right, fitted))
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
 
 
 FMT = '''"""Formatting."""

@@ -345,3 +345,71 @@ def test_control_characters_in_names_are_shown_escaped(calc_task: SweTask) -> No
     for shown in (listing, search):
         assert "\x1b" not in shown and not any(
             line.startswith("PASSED all") for line in shown.splitlines())
+
+
+def test_descriptors_per_process_are_capped(calc_task: SweTask) -> None:
+    """Every descriptor a run's processes hold is one the trainer's watch of held files
+    looks at (outside the run's CPU quota): 120 processes that each opened descriptors up
+    to the trainer's own limit made the trainer examine millions of them every half second.
+    A run's processes get the usual 1,024, and cannot raise it."""
+    env = _env(calc_task)
+    try:
+        step = _plant(env, "import os, resource\n\n\ndef test_probe():\n"
+                           "    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)\n"
+                           "    try:\n"
+                           "        resource.setrlimit(resource.RLIMIT_NOFILE, (hard + 1, hard + 1))\n"
+                           "        raised = 'RAISED'\n"
+                           "    except (ValueError, OSError):\n        raised = 'KEPT'\n"
+                           "    n, fd = 0, os.open('/dev/null', os.O_RDONLY)\n"
+                           "    try:\n        while n < 100_000:\n            os.dup(fd)\n"
+                           "            n += 1\n    except OSError:\n        pass\n"
+                           "    print('NOFILE', soft, hard, raised, 'DUPS', n)\n")
+    finally:
+        env.close()
+    line = next(t for t in step.observation.splitlines() if t.startswith("NOFILE"))
+    _, soft, hard, raised, _, dups = line.split()
+    assert (int(soft), int(hard), raised) == (1024, 1024, "KEPT")
+    assert int(dups) < 1024
+
+
+def test_the_held_files_watch_stops_at_its_budget(tmp_path: Path, monkeypatch) -> None:
+    """The watch counts a removed file this process holds, and gives up (None: the run is
+    stopped at the workspace limit) past `HELD_SCAN_MAX` descriptors and mappings rather than
+    looking at all of them."""
+    from tripod.envs.swe import sandbox
+
+    group = tmp_path / "group"
+    group.mkdir()
+    (group / "cgroup.procs").write_text(f"{os.getpid()}\n")
+    device = os.stat(tmp_path).st_dev
+    with open(tmp_path / "gone.bin", "wb") as held:
+        held.write(b"x" * 70_000)
+        held.flush()
+        os.unlink(tmp_path / "gone.bin")
+        counted = sandbox.held_unlinked_bytes([group], device)
+        monkeypatch.setattr(sandbox, "HELD_SCAN_MAX", 5)
+        assert sandbox.held_unlinked_bytes([group], device) is None
+    assert counted is not None and counted >= 70_000
+
+
+def test_a_slow_watch_is_spaced_out(monkeypatch) -> None:
+    """A measurement that took t seconds is not repeated before `WATCH_SPACING` x t: the
+    trainer's share of a core spent watching one run stays small however slow a run makes
+    the measurement."""
+    from tripod.envs.swe import sandbox
+
+    now = [100.0]
+    monkeypatch.setattr(sandbox.time, "monotonic", lambda: now[0])
+
+    def slow() -> bool:
+        now[0] += 2.0
+        return False
+
+    spaced = sandbox._Spaced(slow)
+    assert not spaced.due()
+    now[0] += sandbox.WATCH_S
+    assert spaced.due() and not spaced()
+    now[0] += sandbox.WATCH_SPACING * 2.0 - 0.1
+    assert not spaced.due()
+    now[0] += 0.1
+    assert spaced.due()

@@ -219,8 +219,8 @@ def confine(workspace: str, root: str, readonly: list[str],
 
 
 def set_limits(limits: dict[str, int]) -> None:
-    table = {"memory_bytes": resource.RLIMIT_AS,
-             "file_bytes": resource.RLIMIT_FSIZE, "processes": resource.RLIMIT_NPROC}
+    table = {"memory_bytes": resource.RLIMIT_AS, "file_bytes": resource.RLIMIT_FSIZE,
+             "processes": resource.RLIMIT_NPROC, "open_files": resource.RLIMIT_NOFILE}
     for key, which in table.items():
         if limits.get(key):
             resource.setrlimit(which, (limits[key], limits[key]))

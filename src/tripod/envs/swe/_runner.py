@@ -31,6 +31,7 @@ what this runner does is make tampering visible (docs/swe.md, threat model):
   status at once (``os._exit``), so nothing runs after the trailer.
 """
 
+import abc
 import json
 import os
 import sys
@@ -835,7 +836,8 @@ def _bare_base(kind, sources):
     only names it (a test's ``class Sub(Version): pass``, which asks how the package treats
     a subclass), else None."""
     bases = type.__getattribute__(kind, "__bases__")
-    if type(kind) is not type or len(bases) != 1 or type(bases[0]) is not type or \
+    if type(kind) not in _PLAIN_TYPES or len(bases) != 1 or \
+            type(bases[0]) not in _PLAIN_TYPES or \
             not set(type.__getattribute__(kind, "__dict__")) <= _BARE_CLASS_KEYS:
         return None
     module = sys.modules.get(type.__getattribute__(kind, "__module__"))
@@ -843,13 +845,21 @@ def _bare_base(kind, sources):
 
 
 _SUBCLASSES = {}
+_PLAIN_TYPES = (type, abc.ABCMeta)
+"""The types of the classes whose methods are checked: `type`, and `abc.ABCMeta`, the type
+of every class derived from an abstract base class of the standard library
+(`collections.abc.MutableMapping`, `abc.ABC`); its own code is the standard library's, and a
+project's metaclass, whose code could tell a check from real use, is neither."""
 
 
 def _subclass(base):
     """A class of this process that only names `base`, standing for a test's bare subclass
-    (`_bare_base`): the same for every check, as the test's is for its calls."""
+    (`_bare_base`): the same for every check, as the test's is for its calls. Its name is
+    drawn afresh in each process (a project's `__repr__` shows it): a fixed one would let a
+    change keep the bug for every subclass but those of that name."""
     if base not in _SUBCLASSES:
-        _SUBCLASSES[base] = type(f"{base.__name__}Subclass", (base,), {})
+        name = "".join(chr(97 + b % 26) for b in os.urandom(10)).capitalize()
+        _SUBCLASSES[base] = type(name, (base,), {})
     return _SUBCLASSES[base]
 
 
@@ -1661,7 +1671,7 @@ def _run_checks(items, report, repeat, seconds=2.0, budget=30.0):
             try:
                 owner = _target(module, qualname.rsplit(".", 1)[0]) if "." in qualname \
                     else None
-                if owner is not None and type(owner) is not type:
+                if owner is not None and type(owner) not in _PLAIN_TYPES:
                     raise TypeError("a method's owner is not a plain class")
                 targets[module, qualname] = (_target(module, qualname), owner, None)
             except BaseException as exc:  # noqa: BLE001 - a missing target is an outcome

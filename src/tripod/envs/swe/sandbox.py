@@ -83,6 +83,10 @@ class SandboxLimits:
     """Bytes of merged stdout/stderr kept; past this the command is killed."""
     file_mb: int = 256
     """Largest file the command may write (RLIMIT_FSIZE), in MiB."""
+    open_files: int = 1024
+    """Descriptors per process (RLIMIT_NOFILE; the usual soft limit, which test suites are
+    written to live within). With `processes` it bounds what the trainer's watch of held
+    files (`held_unlinked_bytes`) has to look at."""
     cpus: float = 1.0
     """CPU share of the whole run, in cores (cgroup CPU quota), so a run cannot starve
     the trainer and other episodes on the host."""
@@ -342,7 +346,8 @@ def _jail_spec(argv: list[str], workspace: Path, cwd: Path, env: dict[str, str],
         "root": str(root) if root else "", "readonly": readonly_paths(argv[0]),
         "protect": list(readonly_suffixes),
         "limits": {"cpu_s": limits.cpu_s, "memory_bytes": address,
-                   "file_bytes": limits.file_mb * mib, "processes": limits.processes},
+                   "file_bytes": limits.file_mb * mib, "processes": limits.processes,
+                   "open_files": limits.open_files},
     })
 
 
@@ -453,11 +458,35 @@ def _site_packages() -> list[str]:
 
 WATCH_S = 0.5
 """How often a sandboxed run's workspace is measured while it runs (`SandboxLimits`)."""
+WATCH_SPACING = 20.0
+"""After a measurement that took t seconds, the next waits at least this many times t: the
+trainer spends at most about 1/21 of a core watching one run, however much the run makes
+it look at (the measurement runs in the trainer, outside the run's CPU quota)."""
+
+
+class _Spaced:
+    """A run's `watch`, called when `due`: every `WATCH_S` seconds, spaced out after slow
+    calls (`WATCH_SPACING`)."""
+
+    def __init__(self, watch: Callable[[], bool]) -> None:
+        self._watch = watch
+        self._next = time.monotonic() + WATCH_S
+
+    def due(self) -> bool:
+        return time.monotonic() >= self._next
+
+    def __call__(self) -> bool:
+        start = time.monotonic()
+        try:
+            return self._watch()
+        finally:
+            spent = time.monotonic() - start
+            self._next = time.monotonic() + max(WATCH_S, WATCH_SPACING * spent)
 
 
 def _read_capped(proc: subprocess.Popen, limits: SandboxLimits, deadline: float,
                  drain: int | None = None,
-                 watch: Callable[[], bool] | None = None) -> tuple[bytes, bytes, str | None]:
+                 watch: _Spaced | None = None) -> tuple[bytes, bytes, str | None]:
     """Read merged output (and the `drain` pipe, if any) until EOF, the deadline, the
     byte cap or `watch` saying the workspace is over its caps, whichever comes first.
     Returns (output, drained bytes, stop reason)."""
@@ -467,15 +496,12 @@ def _read_capped(proc: subprocess.Popen, limits: SandboxLimits, deadline: float,
         sel.register(proc.stdout, selectors.EVENT_READ, out)
         if drain is not None:
             sel.register(drain, selectors.EVENT_READ, side)
-        watched = time.monotonic()
         while sel.get_map():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
                 return bytes(out), bytes(side), STATUS_TIMEOUT
-            if watch is not None and time.monotonic() - watched >= WATCH_S:
-                watched = time.monotonic()
-                if watch():
-                    return bytes(out), bytes(side), STATUS_WORKSPACE_LIMIT
+            if watch is not None and watch.due() and watch():
+                return bytes(out), bytes(side), STATUS_WORKSPACE_LIMIT
             for key, _ in sel.select(timeout=min(remaining, WATCH_S)):
                 chunk = os.read(key.fd, 65536)
                 if not chunk:
@@ -489,7 +515,7 @@ def _read_capped(proc: subprocess.Popen, limits: SandboxLimits, deadline: float,
 
 
 def _wait_until(proc: subprocess.Popen, deadline: float,
-                watch: Callable[[], bool] | None = None) -> str | None:
+                watch: _Spaced | None = None) -> str | None:
     """Wait for a normal exit (so its real exit code is kept); the time-out status, or
     the workspace limit where `watch` says so, otherwise."""
     while True:
@@ -499,7 +525,7 @@ def _wait_until(proc: subprocess.Popen, deadline: float,
         except subprocess.TimeoutExpired:
             if time.monotonic() >= deadline:
                 return STATUS_TIMEOUT
-            if watch is not None and watch():
+            if watch is not None and watch.due() and watch():
                 return STATUS_WORKSPACE_LIMIT
 
 
@@ -538,10 +564,11 @@ def run_capped(argv: list[str], cwd: Path, limits: SandboxLimits,
         for fd in pass_fds:  # the child holds them now; EOF on `drain` needs ours closed
             os.close(fd)
     deadline = start + limits.wall_s
+    spaced = _Spaced(watch) if watch is not None else None
     try:
-        raw, side, killed_by = _read_capped(proc, limits, deadline, drain, watch)
+        raw, side, killed_by = _read_capped(proc, limits, deadline, drain, spaced)
         if killed_by is None:
-            killed_by = _wait_until(proc, deadline, watch)
+            killed_by = _wait_until(proc, deadline, spaced)
     finally:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, signal.SIGKILL)
@@ -617,37 +644,68 @@ def over_workspace_caps(workspace: Path, limits: SandboxLimits,
     no folder, yet hold the workspace's disk until the run ends."""
     max_bytes = limits.workspace_mb * 1024 * 1024
     held = held_unlinked_bytes(cgroups, os.stat(workspace).st_dev) if cgroups else 0
-    if held > max_bytes:
+    if held is None or held > max_bytes:
         return True
     entries, size = safefs.usage(workspace, limits.workspace_files, max_bytes - held)
     return entries > limits.workspace_files or size > max_bytes - held
 
 
-def held_unlinked_bytes(cgroups: list[Path] | tuple[Path, ...], device: int) -> int:
+HELD_SCAN_MAX = 200_000
+"""Most descriptors and mappings `held_unlinked_bytes` looks at in one measurement. A run
+with more (128 processes at the 1,024-descriptor cap hold about 131,000 descriptors; a test
+suite holds a few hundred) is stopped at the workspace limit rather than measured."""
+
+
+def held_unlinked_bytes(cgroups: list[Path] | tuple[Path, ...], device: int) -> int | None:
     """Disk bytes of the files on `device` that the processes of `cgroups` hold through a
     descriptor or a mapping although no folder names them any more (removed after opening,
-    or made with ``O_TMPFILE``): each counted once, by the blocks it holds."""
+    or made with ``O_TMPFILE``): each counted once, by the blocks it holds. None where the
+    processes hold more than `HELD_SCAN_MAX` descriptors and mappings.
+
+    Only what the kernel marks deleted is looked at closely: a descriptor's link reads
+    ``... (deleted)``, and a mapping's line in ``/proc/PID/maps`` ends so (one read per
+    process for all its mappings); those are then measured through their ``fd`` or
+    ``map_files`` entry (a name that merely ends so is measured and found linked)."""
     pids: set[str] = set()
     for group in cgroups:
         with contextlib.suppress(OSError):
             pids.update((group / "cgroup.procs").read_text().split())
     seen: set[int] = set()
-    total = 0
+    total, looked = 0, 0
     for pid in pids:
-        for kind in ("fd", "map_files"):
+        deleted: list[str] = []
+        try:
+            fds = os.listdir(f"/proc/{pid}/fd")
+        except OSError:
+            fds = []
+        looked += len(fds)
+        if looked > HELD_SCAN_MAX:
+            return None
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                if os.readlink(f"/proc/{pid}/fd/{fd}").endswith(" (deleted)"):
+                    deleted.append(f"/proc/{pid}/fd/{fd}")
+        try:
+            with open(f"/proc/{pid}/maps", "rb") as maps:
+                for line in maps:
+                    looked += 1
+                    if looked > HELD_SCAN_MAX:
+                        return None
+                    fields = line.split(maxsplit=5)
+                    if len(fields) == 6 and fields[4] != b"0" and \
+                            fields[5].rstrip(b"\n").endswith(b" (deleted)"):
+                        deleted.append(f"/proc/{pid}/map_files/{fields[0].decode()}")
+        except OSError:
+            pass
+        for entry in deleted:
             try:
-                links = os.listdir(f"/proc/{pid}/{kind}")
+                st = os.stat(entry)
             except OSError:
                 continue
-            for link in links:
-                try:
-                    st = os.stat(f"/proc/{pid}/{kind}/{link}")
-                except OSError:
-                    continue
-                if st.st_nlink == 0 and st.st_dev == device and stat.S_ISREG(st.st_mode) \
-                        and st.st_ino not in seen:
-                    seen.add(st.st_ino)
-                    total += max(st.st_size, st.st_blocks * 512)
+            if st.st_nlink == 0 and st.st_dev == device and stat.S_ISREG(st.st_mode) \
+                    and st.st_ino not in seen:
+                seen.add(st.st_ino)
+                total += max(st.st_size, st.st_blocks * 512)
     return total
 
 
