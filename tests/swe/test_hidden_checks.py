@@ -640,16 +640,22 @@ def test_compare():
     assert Ver(1) == Ver(1)
     assert Ver(1) < 2
 '''
+CMP_STRICT = CMP.replace("        if isinstance(other, Ver):\n",
+                         "        if isinstance(other, type(self)):\n")
+"""`CMP` whose comparisons take only their own class, as semver's do: a subclass's object
+compared with a `Ver` without declining raises TypeError, where declining lets `Ver`'s own
+method answer."""
 CMP_FITTED = {
-    "list": ("test_declines_a_list", "isinstance(other, list)"),
+    "list": ("test_declines_a_list", "isinstance(other, list)", CMP),
     "base-class": ("test_declines_an_object_of_a_base_class",
-                   "isinstance(other, Ver) and not isinstance(other, type(self))"),
+                   "isinstance(other, Ver) and not isinstance(other, type(self))", CMP),
     # the subclass's name: the test's is `Sub`; a check's must not be one a change can know
     "subclass-name": ("test_declines_an_object_of_a_base_class",
                       "not isinstance(other, (type(self), int)) and "
-                      "(not isinstance(other, Ver) or 'Sub' in repr(type(self)))"),
+                      "(not isinstance(other, Ver) or 'Sub' in repr(type(self)))", CMP_STRICT),
 }
-"""A failing test, and a condition for the wrapper's NotImplemented kept to what it passes."""
+"""A failing test, a condition for the wrapper's NotImplemented kept to what it passes, and
+the gold source."""
 
 
 @pytest.mark.parametrize("fitted", sorted(CMP_FITTED))
@@ -661,14 +667,14 @@ def test_a_method_a_decorator_wraps_is_checked_under_its_name(tmp_path: Path, no
     bare subclass), and a fix kept to the tested type (a list, the base class) meets others
     (None, a set...). `NotImplemented`, what the wrapper returns, is an outcome like any
     value."""
-    test, condition = CMP_FITTED[fitted]
+    test, condition, gold = CMP_FITTED[fitted]
     check = "        if not isinstance(other, (type(self), int)):\n            return NotImplemented\n"
-    task = _task(tmp_path, "cmpver", CMP, CMP.replace(check, ""), CMP_TESTS, [test],
+    task = _task(tmp_path, "cmpver", gold, gold.replace(check, ""), CMP_TESTS, [test],
                  ["test_compare"])
     checks = _checks(task)
     assert {c.qualname for c in checks} & {"Ver.__eq__", "Ver.__lt__"}
-    assert set(_score_task(task, CMP).hidden.values()) == {"PASSED"}
-    kept = CMP.replace("not isinstance(other, (type(self), int))", condition)
+    assert set(_score_task(task, gold).hidden.values()) == {"PASSED"}
+    kept = gold.replace("not isinstance(other, (type(self), int))", condition)
     forged = _score_task(task, kept)
     assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
     assert "FAILED" in forged.hidden.values()
