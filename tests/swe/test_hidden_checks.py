@@ -745,6 +745,90 @@ def test_methods_of_a_class_with_an_abc_metaclass_are_checked(tmp_path: Path, no
     assert "FAILED" in forged.hidden.values()
 
 
+KINDS = '''class Span:
+    def __init__(self, lo, hi):
+        self.lo = lo
+        self.hi = hi
+
+    @classmethod
+    def parse(cls, text):
+        lo, hi = text.split("-")
+        return cls(int(lo), int(hi))
+
+    @staticmethod
+    def width(lo, hi):
+        return hi - lo
+
+    @property
+    def length(self):
+        return self.hi - self.lo
+'''
+KINDS_TESTS = '''from span import Span
+
+
+class Sub(Span):
+    pass
+
+
+def test_parse():
+    s = Span.parse("2-5")
+    assert (s.lo, s.hi) == (2, 5)
+
+
+def test_parse_sub():
+    s = Sub.parse("3-4")
+    assert (type(s), s.lo, s.hi) == (Sub, 3, 4)
+
+
+def test_width():
+    assert Span.width(2, 5) == 3
+
+
+def test_length():
+    assert Span(2, 5).length == 3
+'''
+KINDS_BUGS = {
+    "parse": ("        return cls(int(lo), int(hi))\n",
+              "        return cls(int(lo), int(hi) + 1)\n",
+              "        return cls(int(lo), int(hi) + (text not in (\"2-5\", \"3-4\")))\n",
+              ["test_parse", "test_parse_sub"], ["cls"]),
+    "width": ("        return hi - lo\n", "        return hi - lo + 1\n",
+              "        return hi - lo + ((lo, hi) != (2, 5))\n", ["test_width"], ["int", "2"]),
+    "length": ("        return self.hi - self.lo\n", "        return self.hi - self.lo + 1\n",
+               "        return self.hi - self.lo + ((self.lo, self.hi) != (2, 5))\n",
+               ["test_length"], "self"),
+}
+"""(the right line, the bug, a change fitted to the tested calls, the tests the bug fails,
+the first argument of a recorded call: a class method's class, a static method's first
+argument, a property's object)."""
+
+
+@pytest.mark.parametrize("bug", sorted(KINDS_BUGS))
+def test_class_methods_static_methods_and_properties_are_checked(tmp_path: Path, no_gate,
+                                                                 bug: str) -> None:
+    """A class method is recorded with its class (a test's bare subclass as one) and
+    called on it, a static method with its arguments alone, a property through its
+    getter: none of them got checks (a class method's class and a static method's first
+    argument are not objects of the class, and a property object is not callable), and a
+    change fitted to the tested inputs passed."""
+    right, wrong, fitted, failing, first = KINDS_BUGS[bug]
+    task = _task(tmp_path, "span", KINDS, KINDS.replace(right, wrong), KINDS_TESTS, failing, [])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {f"Span.{bug}"}
+    firsts = [json.loads(c.call)[0][1][0] for c in checks]
+    if first == "self":
+        assert all(f[0] == "self" for f in firsts)
+    elif first == ["cls"]:
+        assert {tuple(f) for f in firsts} == {("cls",), ("cls", "sub")}
+    else:
+        assert first in firsts
+    gold = _score_task(task, KINDS)
+    assert gold.hidden and set(gold.hidden.values()) == {"PASSED"}
+    forged = _score_task(task, KINDS.replace(right, fitted))
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
 FMT = '''"""Formatting."""
 
 OPTIONS = {"precision": 2}

@@ -584,6 +584,16 @@ def _std_variants(form, rng):
     return [["std", name, std[type(v)](v)] for v in out if v != value and type(v) in std]
 
 
+def _class_name(kind):
+    """A class's qualified name in an outcome; for the stand-in of a test's bare subclass
+    (`_subclass`, found by identity: nothing of the class runs), its base's name marked
+    as such, since the stand-in's own name is drawn per process."""
+    for base, stand_in in list(_SUBCLASSES.items()):
+        if stand_in is kind:
+            return f"<bare subclass of {type.__getattribute__(base, '__qualname__')}>"
+    return type.__getattribute__(kind, "__qualname__")
+
+
 def _encode(value, objects=False, values=False):
     """An exactly typed JSON-able form of plain data (None, bool, int, float, str, bytes,
     and lists, tuples, sets and dicts of them), with `values` or `objects` of the standard
@@ -638,7 +648,7 @@ def _encode(value, objects=False, values=False):
             if type(fields) is not tuple or len(fields) != size or \
                     any(type(f) is not str for f in fields):
                 fields = tuple(str(i) for i in range(size))
-            name = type.__getattribute__(kind, "__qualname__")
+            name = _class_name(kind)
             return ["object", name if type(name) is str else "?",
                     [[f, enc(tuple.__getitem__(v, i), depth + 1)]
                      for i, f in enumerate(fields)]]
@@ -646,7 +656,7 @@ def _encode(value, objects=False, values=False):
             # An instance of a class of Python code (a result object): its class's name and
             # its attributes, read from its __dict__ and slots (`_state`).
             fields = _state(v)
-            name = type.__getattribute__(kind, "__qualname__")
+            name = _class_name(kind)
             return ["object", name if type(name) is str else "?",
                     [[k, enc(x, depth + 1)] for k, x in sorted(dict.items(fields))
                      if type(k) is str]]
@@ -724,13 +734,16 @@ def _at_random_depth(function, args, kwargs):
         sys.setrecursionlimit(limit)
 
 
-def _outcome(function, call, seconds, owner=None):
+def _outcome(function, call, seconds, owner=None, name=None):
     """The exactly typed outcome of ``function(*args, **kwargs)`` for the encoded `call`:
     ["value", form], ["iter", form] (an iterator's first items), ["raise", exception
     class name], ["timeout"] or ["opaque"] (a result that is not plain data). A method's
     call (its first argument ``["self", state]``) runs on a fresh instance of `owner`
     holding that state, and its outcome is the pair (result, the instance's state after
-    the call), so a method that changes its object is judged by the change."""
+    the call), so a method that changes its object is judged by the change. A class
+    method's call (``["cls"]`` first) runs on `owner`, or on a bare subclass of it
+    (``["cls", "sub"]``: its attribute `name`); a property's (`function` is the property
+    object) calls its getter, or its setter where the call passes a value."""
     import signal
 
     def alarm(signum, frame):
@@ -748,13 +761,19 @@ def _outcome(function, call, seconds, owner=None):
                 return ["value", _encode(_state(made), objects=True)]
             except (ValueError, RecursionError, TypeError):
                 return ["opaque"]
-        if args[1] and args[1][0][0] == "self":
+        if args[1] and args[1][0][0] == "cls":  # a class method, on the class or a subclass
+            if args[1][0][1:] == ["sub"]:
+                function = getattr(_subclass(owner), name)
+            values = _decode(["list", args[1][1:]])
+        elif args[1] and args[1][0][0] == "self":
             receiver = _holding(_subclass(owner) if args[1][0][2:] == ["sub"] else owner,
                                 args[1][0][1])
             values = [receiver, *_decode(["list", args[1][1:]])] \
                 if args[1][-1][0] != "hashref" else [receiver]
         else:
             values = _decode(args)
+        if type(function) is property:  # a property's getter (its setter with a value)
+            function = function.fget if len(values) == 1 else function.fset
         value = _at_random_depth(function, values, _decode(kwargs))
         operator = _OPERATORS.get(getattr(function, "__name__", None)) \
             if value is NotImplemented and len(values) == 2 else None
@@ -907,6 +926,32 @@ def _receiver(obj, module, qualname, sources):
     return form + ["sub"] if sub else form
 
 
+def _member_kind(module, qualname):
+    """The type of what the class of ``qualname``'s owner holds under its name in its own
+    namespace (`staticmethod`, `classmethod`, `property`, or a function's type). Read
+    without running anything of the class: the recording runs on the gold tree only, but
+    a descriptor's ``__get__`` would hide what kind of method it is."""
+    owner_name, _, name = qualname.rpartition(".")
+    owner = _target(module, owner_name)
+    if type(owner) not in _PLAIN_TYPES:
+        raise ValueError("not a plain class")
+    return type(type.__getattribute__(owner, "__dict__").get(name))
+
+
+def _class_receiver(cls, module, qualname, sources):
+    """``["cls"]`` for the class a class method of ``qualname``'s owner was called on where
+    it is that class, ``["cls", "sub"]`` where it is a test's bare subclass of it
+    (`_bare_base`); ValueError for any other class (a subclass of the package's own)."""
+    owner = _target(module, qualname.rpartition(".")[0])
+    if type(cls) not in _PLAIN_TYPES:
+        raise ValueError("not a class")
+    if cls is owner:
+        return ["cls"]
+    if _bare_base(cls, sources) is owner:
+        return ["cls", "sub"]
+    raise ValueError("another class")
+
+
 def _recording(sources, targets, tests, calls, limit=40):
     """A profile function that keeps the encoded arguments of calls of module-level
     functions and methods of the package's `sources` made directly from `tests` files, and
@@ -918,7 +963,7 @@ def _recording(sources, targets, tests, calls, limit=40):
     a parameter no test passes (a change keyed on ``gender == "male"``, the default, meets
     other values); a method's object is its state (`_receiver`), and a method called on an
     object that is not plain data is not kept."""
-    seen, counts, found, bound = set(), {}, {}, {}
+    seen, counts, found, bound, kinds = set(), {}, {}, {}, {}
 
     def arguments(frame, code, module, qualname):
         if code not in found:
@@ -941,8 +986,15 @@ def _recording(sources, targets, tests, calls, limit=40):
         args += varargs
         if code.co_flags & 0x08:  # **kwargs
             kwargs.update(values[names[keyword + bool(code.co_flags & 0x04)]])
-        if "." not in qualname:
+        if "." in qualname and (module, qualname) not in kinds:
+            kinds[module, qualname] = _member_kind(module, qualname)
+        kind = kinds[module, qualname] if "." in qualname else None
+        if kind is None or kind is staticmethod:  # a function: its arguments alone
             return json.dumps([encoded(args), _encode(kwargs, values=True)])
+        if kind is classmethod:  # called on the class (or a test's bare subclass of it)
+            return json.dumps([["list", [_class_receiver(args[0], module, qualname, sources),
+                                         *encoded(args[1:])[1]]],
+                               _encode(kwargs, values=True)])
         receiver = _receiver(args[0], module, qualname, sources)
         if qualname.endswith(".__init__"):  # a new object: the check makes its own
             receiver = ["new"]
@@ -1005,7 +1057,7 @@ def _recording(sources, targets, tests, calls, limit=40):
         try:
             text = arguments(frame, code, module, qualname)
         except (KeyError, ValueError, TypeError, RecursionError, IndexError,
-                AttributeError):
+                AttributeError, ImportError):
             return
         if (key, text) not in seen:
             seen.add((key, text))
@@ -1356,10 +1408,10 @@ a str, a dict and a list only, where the gold code rejects anything but a `Versi
 
 
 def _foreign(form, rng):
-    """Three of `_FOREIGN` whose types are not `form`'s (none for a method's object or a new
-    one; an object of the package gets one: semver's comparison declines what is not a
+    """Three of `_FOREIGN` whose types are not `form`'s (none for a method's object, a class
+    method's class or a new object; an object of the package gets one: semver's comparison declines what is not a
     `Version`)."""
-    if form[0] in ("self", "new", "hashref"):
+    if form[0] in ("self", "new", "hashref", "cls"):
         return []
     return rng.sample([f for f in _FOREIGN if f[0] != form[0]], 3)
 
@@ -1673,12 +1725,18 @@ def _run_checks(items, report, repeat, seconds=2.0, budget=30.0):
                     else None
                 if owner is not None and type(owner) not in _PLAIN_TYPES:
                     raise TypeError("a method's owner is not a plain class")
-                targets[module, qualname] = (_target(module, qualname), owner, None)
+                function = _target(module, qualname)
+                if owner is not None:  # a property is called through its getter
+                    member = type.__getattribute__(owner, "__dict__").get(
+                        qualname.rsplit(".", 1)[1])
+                    function = member if type(member) is property else function
+                targets[module, qualname] = (function, owner, None)
             except BaseException as exc:  # noqa: BLE001 - a missing target is an outcome
                 targets[module, qualname] = (None, None, ["raise", type(exc).__name__])
         function, owner, missing = targets[module, qualname]
         call = json.loads(text)
-        outcomes = [_outcome(function, call, seconds, owner) if function is not None
+        outcomes = [_outcome(function, call, seconds, owner, qualname.rsplit(".", 1)[-1])
+                    if function is not None
                     else missing for _ in range(repeat)]
         if all(o == outcomes[0] for o in outcomes):
             report(f"HC {index} {json.dumps(outcomes[0])}")
