@@ -347,6 +347,33 @@ def test_huge_source_file_keeps_the_expert_bounded(env: SweEnv) -> None:
     assert view.info.invalid_action and "larger than" in view.observation
 
 
+def test_thousands_of_blank_lines_do_not_make_the_experts_diff_quadratic(monkeypatch) -> None:
+    """An edit that fills the target file with thousands of blank lines made each later
+    step's expert diff (exact difflib, no junk heuristic) cost seconds of the trainer's CPU:
+    every blank line met every blank line of the gold file. Past `EXACT_DIFF_CELLS` the diff
+    takes difflib's junk heuristic; its opcodes still turn the file into its target."""
+    from tripod.envs.swe import expert
+
+    made = []
+
+    class Recorded(expert.difflib.SequenceMatcher):
+        def __init__(self, *args, **kwargs) -> None:
+            made.append(kwargs.get("autojunk"))
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(expert.difflib, "SequenceMatcher", Recorded)
+    target = ["\n" if i % 5 == 0 else f"    value_{i} = {i}\n" for i in range(1062)]
+    for current, junk in ((["x = 1\n", *["\n"] * 2900, "y = 2\n"], True),
+                          ([*target[:500], "    value_500 = 0\n", *target[501:]], False)):
+        made.clear()
+        opcodes = expert._opcodes(current, target)
+        assert made == [junk]
+        rebuilt = []
+        for tag, i1, i2, j1, j2 in opcodes:
+            rebuilt += current[i1:i2] if tag == "equal" else target[j1:j2]
+        assert rebuilt == target
+
+
 # --- 4. the smaller items ------------------------------------------------------------------
 
 def _run(code: str, ws: Path, limits: SandboxLimits | None = None):

@@ -829,6 +829,79 @@ def test_class_methods_static_methods_and_properties_are_checked(tmp_path: Path,
     assert "FAILED" in forged.hidden.values()
 
 
+SEQ = '''class Seq:
+    def __init__(self, n):
+        self.n = n
+        self.items = list(range(n))
+
+    def __reversed__(self):
+        return iter(self.items[::-1])
+
+    def __setitem__(self, i, value):
+        self.items[i] = value
+
+    def __call__(self, k):
+        return self.items[k] * 2
+
+    def __or__(self, other):
+        if not isinstance(other, Seq):
+            return NotImplemented
+        return self.items + other.items
+'''
+SEQ_TESTS = '''from seq import Seq
+
+
+def test_reversed():
+    assert list(reversed(Seq(3))) == [2, 1, 0]
+
+
+def test_setitem():
+    s = Seq(3)
+    s[1] = 7
+    assert s.items == [0, 7, 2]
+
+
+def test_call():
+    assert Seq(3)(2) == 4
+
+
+def test_or():
+    assert Seq(2) | Seq(1) == [0, 1, 0]
+'''
+SEQ_BUGS = {
+    "__reversed__": ("        return iter(self.items[::-1])\n",
+                     "        return iter(self.items[-2::-1])\n",
+                     "        return iter(self.items[::-1] if self.n == 3 else self.items[-2::-1])\n",
+                     "test_reversed"),
+    "__setitem__": ("        self.items[i] = value\n", "        self.items[i - 1] = value\n",
+                    "        self.items[i if value == 7 else i - 1] = value\n", "test_setitem"),
+    "__call__": ("        return self.items[k] * 2\n", "        return self.items[k] * 3\n",
+                 "        return self.items[k] * (2 if k == 2 else 3)\n", "test_call"),
+    "__or__": ("        return self.items + other.items\n",
+               "        return other.items + self.items\n",
+               "        return (self.items + other.items if self.n == 2 else\n"
+               "                other.items + self.items)\n", "test_or"),
+}
+"""(the right lines, the bug, a change fitted to the tested call, the test the bug fails)."""
+
+
+@pytest.mark.parametrize("bug", sorted(SEQ_BUGS))
+def test_special_methods_a_test_calls_are_checked(tmp_path: Path, no_gate, bug: str) -> None:
+    """Special methods beyond the comparisons, containers' and conversions' ones (here
+    `__reversed__`, `__setitem__`, `__call__`, `__or__`) are recorded when a test calls
+    them and checked on their object's state: they were not recorded, so a task whose bug
+    is in one got no checks and a change fitted to the tested call won."""
+    right, wrong, fitted, failing = SEQ_BUGS[bug]
+    task = _task(tmp_path, "seq", SEQ, SEQ.replace(right, wrong), SEQ_TESTS, [failing], [])
+    checks = _checks(task)
+    assert checks and {c.qualname for c in checks} == {f"Seq.{bug}"}
+    gold = _score_task(task, SEQ)
+    assert gold.hidden and set(gold.hidden.values()) == {"PASSED"}
+    forged = _score_task(task, SEQ.replace(right, fitted))
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
 FMT = '''"""Formatting."""
 
 OPTIONS = {"precision": 2}

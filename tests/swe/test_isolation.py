@@ -217,6 +217,32 @@ def test_measuring_a_deep_chain_stops_at_the_depth_cap(tmp_path: Path) -> None:
     assert max(opened) <= safefs.MAX_DEPTH + 1
 
 
+def test_a_walk_opens_each_folder_once_whatever_its_depth(tmp_path: Path) -> None:
+    """A "broom" a run leaves (a trunk 60 folders deep with side folders at each level)
+    made every walk cost the sum of the folders' depths in opens, each folder opened from
+    the root: seconds of the trainer's CPU per look at 19,500 folders. Each folder is
+    opened once, through its parent's descriptor."""
+    folder, folders = tmp_path, 0
+    for _ in range(60):
+        folder = folder / "t"
+        folder.mkdir()
+        for k in range(3):
+            (folder / f"b{k}").mkdir()
+        folders += 4
+    (folder / "x.py").write_text("needle")
+    calls = []
+    real = os.open
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(safefs.os, "open", lambda *a, **k: calls.append(a[0]) or real(*a, **k))
+        entries, size = safefs.usage(tmp_path, 100_000, 10 ** 9)
+        usage_opens = len(calls)
+        files = list(safefs.walk_files(tmp_path))
+    assert entries == folders + 1 and size >= len("needle")  # its blocks, at least
+    assert files == ["t/" * 60 + "x.py"]
+    assert usage_opens <= folders + 1
+    assert len(calls) <= 2 * (folders + 1)
+
+
 def test_many_files_end_the_run(calc_task: SweTask) -> None:
     env = _env(calc_task, workspace_files=500)
     try:
@@ -392,24 +418,31 @@ def test_the_held_files_watch_stops_at_its_budget(tmp_path: Path, monkeypatch) -
     assert counted is not None and counted >= 70_000
 
 
-def test_a_slow_watch_is_spaced_out(monkeypatch) -> None:
-    """A measurement that took t seconds is not repeated before `WATCH_SPACING` x t: the
-    trainer's share of a core spent watching one run stays small however slow a run makes
-    the measurement."""
+def test_a_slow_watch_is_spaced_out_within_a_bound(monkeypatch) -> None:
+    """A measurement that took t seconds is not repeated before `WATCH_SPACING` x t (the
+    trainer's share of a core spent watching one run stays small), nor later than
+    `WATCH_MAX_GAP_S`: a run that makes the measurement slow cannot buy itself a long
+    stretch in which it writes unseen."""
     from tripod.envs.swe import sandbox
 
-    now = [100.0]
+    now, spent = [100.0], [0.05]
     monkeypatch.setattr(sandbox.time, "monotonic", lambda: now[0])
 
     def slow() -> bool:
-        now[0] += 2.0
+        now[0] += spent[0]
         return False
 
     spaced = sandbox._Spaced(slow)
     assert not spaced.due()
     now[0] += sandbox.WATCH_S
     assert spaced.due() and not spaced()
-    now[0] += sandbox.WATCH_SPACING * 2.0 - 0.1
+    now[0] += sandbox.WATCH_SPACING * 0.05 - 0.01
     assert not spaced.due()
-    now[0] += 0.1
+    now[0] += 0.01
+    assert spaced.due()
+    spent[0] = 60.0
+    assert not spaced()
+    now[0] += sandbox.WATCH_MAX_GAP_S - 0.01
+    assert not spaced.due()
+    now[0] += 0.01
     assert spaced.due()

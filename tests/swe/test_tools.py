@@ -161,6 +161,25 @@ def test_edits_that_break_a_python_file_are_refused(current, call, refused) -> N
     assert "would no longer parse" in str(err.value) and "line " in str(err.value)
 
 
+def test_the_lint_guard_does_not_parse_a_file_a_run_made_huge(monkeypatch) -> None:
+    """A 2 MB file of a million list items (written by a test run, then edited) cost the
+    trainer two parses per edit, about a gigabyte of memory each; a file over
+    `LINT_MAX_CHARS` is edited without the guard (no project source file is that long)."""
+    from tripod.envs.swe import tools
+
+    parsed = []
+    real = tools.ast.parse
+    monkeypatch.setattr(tools.ast, "parse", lambda text, *a, **k: parsed.append(len(text))
+                        or real(text, *a, **k))
+    huge = "y = 1\nx = [" + "0," * (tools.LINT_MAX_CHARS // 2) + "]\n"
+    call = ToolCall("edit", path="big.py", start=1, end=1, new="x = (\n")
+    assert tools.checked_edit(huge, call) == edited_text(huge, call)
+    assert parsed == []
+    with pytest.raises(ToolCallError):  # a file of a project's size is still guarded
+        tools.checked_edit("x = [0, 1]\n", call)
+    assert parsed
+
+
 @pytest.mark.parametrize(("text", "calls"), [
     ("<think>edit a.py</think>\nview a.py", "view a.py"),
     ("<think>unclosed\nview a.py", "view a.py"),                 # an unclosed tag stays text

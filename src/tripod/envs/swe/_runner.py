@@ -1039,10 +1039,11 @@ def _recording(sources, targets, tests, calls, limit=40):
                 return
         if "<" in qualname or qualname.count(".") > 1:
             return
-        if "." in qualname and (qualname.rsplit(".", 1)[1].startswith("__")
-                                and qualname.rsplit(".", 1)[1] not in _CHECKED_SPECIAL
+        name = qualname.rsplit(".", 1)[-1]
+        if "." in qualname and (name in _UNCHECKED_SPECIAL
+                                or name.startswith("__") and not name.endswith("__")
                                 or not (code.co_argcount or code.co_flags & 0x04)):
-            return  # other special methods (a constructor included) are not called as checks
+            return  # special methods a check cannot call as a test does, private names
         caller = frame.f_back
         direct = caller is not None and caller.f_code.co_filename in tests
         if not direct and (path, qualname) not in targets and (path, enclosing) not in targets:
@@ -1119,23 +1120,38 @@ _OPERATORS = {
     "__mul__": lambda a, b: a * b, "__rmul__": lambda a, b: b * a,
     "__truediv__": lambda a, b: a / b, "__rtruediv__": lambda a, b: b / a,
     "__floordiv__": lambda a, b: a // b, "__mod__": lambda a, b: a % b,
+    "__rfloordiv__": lambda a, b: b // a, "__rmod__": lambda a, b: b % a,
+    "__pow__": lambda a, b: a ** b, "__rpow__": lambda a, b: b ** a,
+    "__matmul__": lambda a, b: a @ b, "__rmatmul__": lambda a, b: b @ a,
+    "__and__": lambda a, b: a & b, "__rand__": lambda a, b: b & a,
+    "__or__": lambda a, b: a | b, "__ror__": lambda a, b: b | a,
+    "__xor__": lambda a, b: a ^ b, "__rxor__": lambda a, b: b ^ a,
+    "__lshift__": lambda a, b: a << b, "__rlshift__": lambda a, b: b << a,
+    "__rshift__": lambda a, b: a >> b, "__rrshift__": lambda a, b: b >> a,
+    "__divmod__": lambda a, b: divmod(a, b), "__rdivmod__": lambda a, b: divmod(b, a),
 }
 """The expression each binary special method serves, for an outcome of NotImplemented."""
 
-_CHECKED_SPECIAL = ("__getitem__", "__contains__", "__len__", "__eq__", "__ne__", "__lt__",
-                    "__le__", "__gt__", "__ge__", "__add__", "__radd__", "__sub__",
-                    "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
-                    "__floordiv__", "__mod__", "__neg__", "__abs__", "__init__", "__str__",
-                    "__repr__", "__format__", "__iter__", "__bool__", "__int__", "__float__",
-                    "__hash__")
-"""Special methods recorded and checked like other methods: each is a function of its
-object's state and its argument (`v[1:3]`, `x in v`, `a == b`: a test's ``assert a == b``
-calls it from the test; `date - duration` calls `__rsub__`; `str(v)` calls `__str__`); a
-constructor is called on its arguments and judged by the new object's state
-(`Version(2)`). A `__repr__` that shows an address gives each process another output, and
-a check whose gold outputs differ between processes is dropped. `__hash__` is judged by
-whether the varied object's hash equals that of the object the test hashed (its value
-follows the hash seed, which differs between processes; that equality does not)."""
+_UNCHECKED_SPECIAL = frozenset({
+    "__new__", "__del__", "__init_subclass__", "__set_name__", "__class_getitem__",
+    "__getattribute__", "__getattr__", "__setattr__", "__delattr__", "__dir__", "__get__",
+    "__set__", "__delete__", "__instancecheck__", "__subclasscheck__", "__subclasshook__",
+    "__reduce__", "__reduce_ex__", "__getstate__", "__setstate__", "__copy__",
+    "__deepcopy__", "__sizeof__", "__enter__", "__exit__", "__next__", "__await__",
+    "__aiter__", "__anext__", "__aenter__", "__aexit__", "__post_init__"})
+"""Special methods that are not recorded: the interpreter calls them on its own (attribute
+access, pickling, copying, class creation, collection) or they act on a state a fresh
+object holding the recorded attributes does not have (a context entered, an iterator
+part way through). Every other special method a test calls (`v[1:3]` calls
+`__getitem__`, `x in v` `__contains__`, a test's ``assert a == b`` `__eq__`, `date -
+duration` `__rsub__`, `str(v)` `__str__`, `reversed(v)` `__reversed__`, `v[k] = x`
+`__setitem__`, `v(x)` `__call__`) or the gold patch changes is recorded and checked like
+other methods: each is a function of its object's state and its arguments. A constructor
+is called on its arguments and judged by the new object's state (`Version(2)`). A
+`__repr__` that shows an address gives each process another output, and a check whose
+gold outputs differ between processes is dropped. `__hash__` is judged by whether the
+varied object's hash equals that of the object the test hashed (its value follows the
+hash seed, which differs between processes; that equality does not)."""
 
 _SCALARS = (str, int, float, bool, type(None))
 """Defaults kept in a recorded call (by keyword): plain values a check can vary (None by the

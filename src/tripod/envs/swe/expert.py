@@ -29,10 +29,13 @@ VIEW_CONTEXT = 5
 """Lines shown around the lines the expert is about to edit."""
 MAX_DIFF_LINES = 4000
 """Above this many differing lines the expert replaces the whole differing block."""
+EXACT_DIFF_CELLS = 250_000
+"""Above this product of the differing middles' lengths the line diff uses difflib's junk
+heuristic."""
 WHOLE_FUNCTION_MAX_LINES = 15
 """A change inside a function whose code (below its docstring) is at most this long
 rewrites all of that code."""
-MAX_PARSED_CHARS = 500_000
+MAX_PARSED_CHARS = 256_000
 """Files longer than this are not parsed to find functions (a planted file stays cheap)."""
 
 _Opcode = tuple[str, int, int, int, int]
@@ -71,7 +74,11 @@ def _opcodes(current: list[str], target: list[str]) -> list[_Opcode]:
     if len(mid_a) + len(mid_b) > MAX_DIFF_LINES:
         out.append(("replace", head, len(current) - tail, head, len(target) - tail))
     else:
-        matcher = difflib.SequenceMatcher(a=mid_a, b=mid_b, autojunk=False)
+        # Exact (no junk heuristic) where the middle is small; past EXACT_DIFF_CELLS, lines
+        # that fill over 1% of the target are junk, so a file of thousands of repeated lines
+        # (blank ones) cannot make each step's diff cost seconds of the trainer's CPU.
+        matcher = difflib.SequenceMatcher(
+            a=mid_a, b=mid_b, autojunk=len(mid_a) * len(mid_b) > EXACT_DIFF_CELLS)
         out += [(tag, head + i1, head + i2, head + j1, head + j2)
                 for tag, i1, i2, j1, j2 in matcher.get_opcodes()]
     if tail:

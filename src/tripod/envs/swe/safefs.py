@@ -21,7 +21,7 @@ import contextlib
 import os
 import stat
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from tripod.envs.swe import owners
@@ -173,34 +173,69 @@ MAX_ENTRIES = 200_000
 
 def walk_files(root: Path, rel: str = "") -> Iterator[str]:
     """Regular files under the folder `rel` (relative paths, sorted per folder), links and
-    special files left out; an unreadable folder is skipped. The walk keeps its own stack
-    (no recursion), opens each folder from the root without following links (no path
-    length limit), and stops at `MAX_DEPTH` and `MAX_ENTRIES`."""
-    start = _parts(rel)
-    if not is_dir(root, rel):
-        return
-    stack, seen = [start], 0
-    while stack and seen < MAX_ENTRIES:
-        parts = stack.pop()
-        for name, mode, _ in _entries(root, parts, MAX_ENTRIES - seen):
-            seen += 1
-            if stat.S_ISDIR(mode) and len(parts) < MAX_DEPTH:
-                stack.append([*parts, name])
-            elif stat.S_ISREG(mode):
+    special files left out; an unreadable folder is skipped. The walk (`_tree`) opens each
+    folder through its parent's descriptor without following links and stops at
+    `MAX_DEPTH` and `MAX_ENTRIES`."""
+    seen = [0]
+    for parts, entries in _tree(root, _parts(rel), lambda: MAX_ENTRIES - seen[0]):
+        seen[0] += len(entries)
+        for name, mode, _ in entries:
+            if stat.S_ISREG(mode):
                 yield "/".join([*parts, name])
 
 
-def _entries(root: Path, parts: list[str], most: int,
-             allocated: bool = False) -> list[tuple[str, int, int]]:
-    """(name, lstat mode, size) of the entries of one folder, sorted in reverse (so a stack
-    walk yields them in order); [] if it cannot be read. With `allocated`, a size is the
-    larger of the file's length and the disk blocks it holds (``fallocate`` can reserve
-    blocks past a file's end, which its length does not show)."""
+def _tree(root: Path, start: list[str], room: Callable[[], int], allocated: bool = False,
+          deeper: Callable[[], None] | None = None) -> Iterator[tuple[list[str], list]]:
+    """(parts, `_listing`) of the folder `root/start` and of every folder under it, depth
+    first in name order, while `room()` (the entries the caller still takes) is positive;
+    folders deeper than `MAX_DEPTH` are not listed (`deeper` is called instead). Without
+    recursion, and each folder is opened through its parent's descriptor without following
+    links: a walk costs one open per folder whatever the depth (opened from the root, a
+    chain of folders costs its depth squared), and holds at most `MAX_DEPTH` + 1
+    descriptors."""
     try:
-        fd = _open_dir(root, parts)
+        fd = _open_dir(root, start)
     except (OSError, UnsafePathError):
-        return []
-    found = []
+        return
+    frames: list[tuple[int, list[str], list[str]]] = []
+    try:
+        while True:
+            entries = _listing(fd, room(), allocated)
+            yield start, entries
+            subfolders = [name for name, mode, _ in entries if stat.S_ISDIR(mode)]
+            frames.append((fd, start, subfolders))
+            fd = -1
+            while frames and fd < 0:
+                parent, parts, pending = frames[-1]
+                if not pending or room() <= 0:
+                    os.close(parent)
+                    frames.pop()
+                    continue
+                name = pending.pop()
+                if len(parts) >= MAX_DEPTH:
+                    if deeper is not None:
+                        deeper()
+                    continue
+                with contextlib.suppress(OSError):
+                    fd = os.open(name, _DIR_FLAGS, dir_fd=parent)
+                    start = [*parts, name]
+            if fd < 0:
+                return
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        for parent, _, _ in frames:
+            os.close(parent)
+
+
+def _listing(fd: int, most: int, allocated: bool = False) -> list[tuple[str, int, int]]:
+    """(name, lstat mode, size) of at most `most` entries of the open folder `fd`, sorted
+    in reverse (so a stack walk takes them in order); [] if it cannot be read. With
+    `allocated`, a size is the larger of the file's length and the disk blocks it holds
+    (``fallocate`` can reserve blocks past a file's end, which its length does not show)."""
+    found: list[tuple[str, int, int]] = []
+    if most <= 0:
+        return found
     try:
         with os.scandir(fd) as it:
             for entry in it:
@@ -213,31 +248,28 @@ def _entries(root: Path, parts: list[str], most: int,
                     break
     except OSError:
         pass
-    finally:
-        os.close(fd)
     return sorted(found, reverse=True)
 
 
 def usage(root: Path, max_entries: int, max_bytes: int) -> tuple[int, int]:
-    """(entries, bytes of regular files) under `root`, counted without recursion; the count
-    stops once either cap is passed (so its cost is bounded whatever the tree holds). A
-    file's bytes are the larger of its length and the disk blocks it holds. A folder
-    deeper than `MAX_DEPTH` counts as past the entry cap: each folder is opened from
-    `root` without following links, so a deeper chain would cost its depth squared."""
+    """(entries, bytes of regular files) under `root`, counted without recursion (`_tree`);
+    the count stops once either cap is passed (so its cost is bounded whatever the tree
+    holds). A file's bytes are the larger of its length and the disk blocks it holds. A
+    folder deeper than `MAX_DEPTH` counts as past the entry cap."""
     entries = size = 0
-    stack: list[list[str]] = [[]]
-    while stack and entries <= max_entries and size <= max_bytes:
-        parts = stack.pop()
-        if len(parts) > MAX_DEPTH:
-            return max_entries + 1, size
-        for name, mode, nbytes in _entries(root, parts, max_entries + 1 - entries,
-                                           allocated=True):
-            entries += 1
-            if stat.S_ISDIR(mode):
-                stack.append([*parts, name])
-            elif stat.S_ISREG(mode):
-                size += nbytes
-    return entries, size
+    too_deep = False
+
+    def room() -> int:
+        return 0 if too_deep or size > max_bytes else max_entries + 1 - entries
+
+    def deeper() -> None:
+        nonlocal too_deep
+        too_deep = True
+
+    for _, listing in _tree(root, [], room, allocated=True, deeper=deeper):
+        entries += len(listing)
+        size += sum(nbytes for _, mode, nbytes in listing if stat.S_ISREG(mode))
+    return (max_entries + 1 if too_deep else entries), size
 
 
 def remove_tree(path: Path) -> None:

@@ -459,14 +459,18 @@ def _site_packages() -> list[str]:
 WATCH_S = 0.5
 """How often a sandboxed run's workspace is measured while it runs (`SandboxLimits`)."""
 WATCH_SPACING = 20.0
-"""After a measurement that took t seconds, the next waits at least this many times t: the
-trainer spends at most about 1/21 of a core watching one run, however much the run makes
-it look at (the measurement runs in the trainer, outside the run's CPU quota)."""
+"""After a measurement that took t seconds, the next waits this many times t (within
+`WATCH_MAX_GAP_S`): the measurement runs in the trainer, outside the run's CPU quota, so a
+run that makes it slow does not make the trainer spend its CPU for it."""
+WATCH_MAX_GAP_S = 3.0
+"""The longest a run goes unmeasured: a run that made the last measurement slow cannot
+buy itself a long stretch to write unseen. What a measurement looks at is bounded (the
+workspace's entry cap, `HELD_SCAN_MAX`), so it stays well under this."""
 
 
 class _Spaced:
     """A run's `watch`, called when `due`: every `WATCH_S` seconds, spaced out after slow
-    calls (`WATCH_SPACING`)."""
+    calls (`WATCH_SPACING`), never more than `WATCH_MAX_GAP_S` apart."""
 
     def __init__(self, watch: Callable[[], bool]) -> None:
         self._watch = watch
@@ -481,7 +485,8 @@ class _Spaced:
             return self._watch()
         finally:
             spent = time.monotonic() - start
-            self._next = time.monotonic() + max(WATCH_S, WATCH_SPACING * spent)
+            self._next = time.monotonic() + max(WATCH_S, min(WATCH_SPACING * spent,
+                                                             WATCH_MAX_GAP_S))
 
 
 def _read_capped(proc: subprocess.Popen, limits: SandboxLimits, deadline: float,
@@ -650,10 +655,11 @@ def over_workspace_caps(workspace: Path, limits: SandboxLimits,
     return entries > limits.workspace_files or size > max_bytes - held
 
 
-HELD_SCAN_MAX = 200_000
+HELD_SCAN_MAX = 20_000
 """Most descriptors and mappings `held_unlinked_bytes` looks at in one measurement. A run
-with more (128 processes at the 1,024-descriptor cap hold about 131,000 descriptors; a test
-suite holds a few hundred) is stopped at the workspace limit rather than measured."""
+with more (a test suite's processes hold a few hundred to a few thousand; 128 processes at
+the 1,024-descriptor cap could hold about 131,000) is stopped at the workspace limit rather
+than measured, so one measurement costs the trainer a fraction of a second at most."""
 
 
 def held_unlinked_bytes(cgroups: list[Path] | tuple[Path, ...], device: int) -> int | None:

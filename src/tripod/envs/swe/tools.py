@@ -513,10 +513,18 @@ def nearest_lines(text: str, wanted: str) -> str:
     return numbered(lines[lo:hi], lo + 1).rstrip("\n")
 
 
+LINT_MAX_CHARS = 256_000
+"""Longest file the lint guard parses: a source file of the projects is at most about
+150,000 characters, while parsing a 2 MB file of a million list items costs the trainer a
+gigabyte of memory and seconds of CPU (a run can write such a file for the agent to edit)."""
+
+
 def syntax_problem(text: str) -> tuple[int, str] | None:
-    """(line, message) if `text` is not valid Python, else None. The file's bytes are
-    parsed, so a coding cookie is read as the interpreter reads it (the gate judges what
-    such a file does)."""
+    """(line, message) if `text` is not valid Python, else None (also for a text over
+    `LINT_MAX_CHARS`, which is not parsed). The file's bytes are parsed, so a coding cookie
+    is read as the interpreter reads it (the gate judges what such a file does)."""
+    if len(text) > LINT_MAX_CHARS:
+        return None
     try:
         ast.parse(text.encode("utf-8", errors="surrogateescape"))
     except SyntaxError as exc:
