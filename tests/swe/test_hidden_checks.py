@@ -518,6 +518,16 @@ def _score_task(task: SweTask, text: str) -> verify.VerifiedRun:
         ws.close()
 
 
+def _gold_passes_and_fitted_fails(task: SweTask, source: str, right: str, fitted: str) -> None:
+    """The gold source passes every hidden check; `source` with `right` replaced by a change
+    fitted to the tested calls passes the tests alone and fails a check."""
+    gold = _score_task(task, source)
+    assert gold.hidden and set(gold.hidden.values()) == {"PASSED"}
+    forged = _score_task(task, source.replace(right, fitted))
+    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
+    assert "FAILED" in forged.hidden.values()
+
+
 BOX = '''class Box:
     def __init__(self, side, label="box"):
         self.side = side
@@ -573,11 +583,7 @@ def test_methods_are_checked_on_their_objects_state(tmp_path: Path, no_gate,
     checks = _checks(task)
     assert checks and {c.qualname for c in checks} == {f"Box.{bug}"}
     assert all(json.loads(c.call)[0][1][0][0] == "self" for c in checks)
-    gold = _score_task(task, BOX)
-    assert gold.hidden and set(gold.hidden.values()) == {"PASSED"}
-    forged = _score_task(task, BOX.replace(right, fitted))
-    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
-    assert "FAILED" in forged.hidden.values()
+    _gold_passes_and_fitted_fails(task, BOX, right, fitted)
 
 
 def test_a_method_of_an_object_that_is_not_plain_data_has_no_checks(tmp_path: Path) -> None:
@@ -738,11 +744,7 @@ def test_methods_of_a_class_with_an_abc_metaclass_are_checked(tmp_path: Path, no
                  [f"test_{bug}"], [])
     checks = _checks(task)
     assert checks and {c.qualname for c in checks} == {f"Box.{bug}"}
-    gold = _score_task(task, ABC_BOX)
-    assert gold.hidden and set(gold.hidden.values()) == {"PASSED"}
-    forged = _score_task(task, ABC_BOX.replace(right, fitted))
-    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
-    assert "FAILED" in forged.hidden.values()
+    _gold_passes_and_fitted_fails(task, ABC_BOX, right, fitted)
 
 
 KINDS = '''class Span:
@@ -822,11 +824,7 @@ def test_class_methods_static_methods_and_properties_are_checked(tmp_path: Path,
         assert {tuple(f) for f in firsts} == {("cls",), ("cls", "sub")}
     else:
         assert first in firsts
-    gold = _score_task(task, KINDS)
-    assert gold.hidden and set(gold.hidden.values()) == {"PASSED"}
-    forged = _score_task(task, KINDS.replace(right, fitted))
-    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
-    assert "FAILED" in forged.hidden.values()
+    _gold_passes_and_fitted_fails(task, KINDS, right, fitted)
 
 
 SEQ = '''class Seq:
@@ -893,11 +891,7 @@ def test_special_methods_a_test_calls_are_checked(tmp_path: Path, no_gate, bug: 
     task = _task(tmp_path, "seq", SEQ, SEQ.replace(right, wrong), SEQ_TESTS, [failing], [])
     checks = _checks(task)
     assert checks and {c.qualname for c in checks} == {f"Seq.{bug}"}
-    gold = _score_task(task, SEQ)
-    assert gold.hidden and set(gold.hidden.values()) == {"PASSED"}
-    forged = _score_task(task, SEQ.replace(right, fitted))
-    assert all(forged.passes(t) for t in task.FAIL_TO_PASS)  # the tests alone pass it
-    assert "FAILED" in forged.hidden.values()
+    _gold_passes_and_fitted_fails(task, SEQ, right, fitted)
 
 
 FMT = '''"""Formatting."""
