@@ -514,9 +514,9 @@ def nearest_lines(text: str, wanted: str) -> str:
 
 
 LINT_MAX_CHARS = 256_000
-"""Longest file the lint guard parses: a source file of the projects is at most about
-150,000 characters, while parsing a 2 MB file of a million list items costs the trainer a
-gigabyte of memory and seconds of CPU (a run can write such a file for the agent to edit)."""
+"""Longest file the lint guard parses. Python's syntax tree takes hundreds of times a
+file's size in memory, and a run can write a 2 MB file of list items for the agent to
+edit: parsing it would cost the trainer far more than a bug fix's source file does."""
 
 
 def syntax_problem(text: str) -> tuple[int, str] | None:
